@@ -1,0 +1,31 @@
+# Two commands for a fresh machine:  make lab  (open the kit)   make test  (run every test)
+# Both build .venv first; torch is pinned to the CPU wheel (a looser spec pulls a CUDA build).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.loadkit-installed
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test setup lint data clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[notebooks,dev]'
+	touch $@
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,257 @@
+"""``AutoWeightsLoader``: recursive loading by the module tree (SPEC 3).
+
+The stream is walked by the first name component. Runs of consecutive names with the same first
+component form a group; a child module with its own ``load_weights`` receives its group with the
+prefix stripped, anything else recurses down to parameters. Internally each item carries its
+ledger entry so every checkpoint name ends up accounted for.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from loadkit.errors import (
+    LoadkitError,
+    NestedWeightError,
+    ShapeMismatchError,
+    UnknownNameError,
+    WeightLoadError,
+)
+from loadkit.ledger import (
+    DELEGATED,
+    IGNORED,
+    LOADED,
+    MAPPER_DROPPED,
+    SKIPPED,
+    CheckpointEntry,
+    LoadLedger,
+    remember,
+)
+from loadkit.mapper import WeightsMapper
+from loadkit.weight_loaders import loader_of
+
+ROTARY_EMBEDS_UNUSED_WEIGHTS = (
+    "rotary_pos_emb.inv_freq",
+    "rotary_emb.inv_freq",
+    "rotary_emb.cos_cached",
+    "rotary_emb.sin_cached",
+)
+
+Item = tuple[str, torch.Tensor, CheckpointEntry]
+
+
+def _qualname(prefix: str, rest: str) -> str:
+    if not prefix:
+        return rest
+    if not rest:
+        return prefix
+    return f"{prefix}.{rest}"
+
+
+def weight_source(entry: CheckpointEntry, tensor: object) -> str:
+    """Where a weight came from, for error messages: its checkpoint key and file when known."""
+    file = getattr(tensor, "loadkit_file", None)
+    return f"checkpoint key '{entry.name}'" + (f" in {file}" if file else "")
+
+
+class AutoWeightsLoader:
+    ROTARY_EMBEDS_UNUSED_WEIGHTS = ROTARY_EMBEDS_UNUSED_WEIGHTS
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        skip_prefixes: list[str] | None = None,
+        skip_substrs: list[str] | None = None,
+        ignore_unexpected_prefixes: list[str] | None = None,
+        ignore_unexpected_suffixes: list[str] | None = None,
+    ) -> None:
+        self.module = module
+        # Copies: upstream extends the caller's lists in place, which leaks rules between models.
+        self.skip_prefixes = list(skip_prefixes or [])
+        self.skip_substrs = list(skip_substrs or []) + list(ROTARY_EMBEDS_UNUSED_WEIGHTS)
+        self.ignore_unexpected_prefixes = list(ignore_unexpected_prefixes or [])
+        self.ignore_unexpected_suffixes = list(ignore_unexpected_suffixes or [])
+        self.ledger: LoadLedger | None = None
+
+    # --- rules ---
+
+    def _skip_rule(self, qualname: str) -> str | None:
+        for p in self.skip_prefixes:
+            if qualname.startswith(p):
+                return f"skip_prefixes {p!r}"
+        for s in self.skip_substrs:
+            if s in qualname:
+                kind = (
+                    "rotary, always skipped"
+                    if s in ROTARY_EMBEDS_UNUSED_WEIGHTS
+                    else "skip_substrs"
+                )
+                return f"{kind} {s!r}"
+        return None
+
+    def _ignore_rule(self, qualname: str) -> str | None:
+        for p in self.ignore_unexpected_prefixes:
+            if qualname.startswith(p):
+                return f"ignore_unexpected_prefixes {p!r}"
+        for s in self.ignore_unexpected_suffixes:
+            if qualname.endswith(s):
+                return f"ignore_unexpected_suffixes {s!r}"
+        return None
+
+    # --- the walk ---
+
+    def _entries(
+        self, weights: Iterable[tuple[str, torch.Tensor]], mapper: WeightsMapper | None
+    ) -> Iterator[Item]:
+        ledger = self.ledger
+        assert ledger is not None
+        for name, tensor in weights:
+            entry = ledger.add(name, tensor)
+            if mapper is not None:
+                trace = mapper.trace(name)
+                if trace.result is None:
+                    step = trace.dropped_by
+                    entry.status = MAPPER_DROPPED
+                    entry.rule = f"{step.stage} {step.rule!r}" if step else "mapper"
+                    continue
+                if trace.shard_id is not None:
+                    tensor.shard_id = trace.shard_id
+                name = trace.result
+            entry.mapped = name
+            rule = self._skip_rule(name)
+            if rule:
+                entry.status, entry.rule = SKIPPED, rule
+                continue
+            yield name, tensor, entry
+
+    @staticmethod
+    def _groupby_prefix(items: Iterable[Item]) -> Iterator[tuple[str, Iterator[Item]]]:
+        split = ((name.split(".", 1), tensor, entry) for name, tensor, entry in items)
+        for head, group in itertools.groupby(split, key=lambda x: x[0][0]):
+            yield head, ((p[1] if len(p) == 2 else "", t, e) for p, t, e in group)
+
+    @staticmethod
+    def _mark(group: Iterable[Item], status: str, rule: str) -> None:
+        for _, _, entry in group:
+            entry.status, entry.rule = status, rule
+
+    def _candidates(self) -> Iterator[str]:
+        for name, _ in self.module.named_modules():
+            if name:
+                yield name
+        yield from (self.ledger.params if self.ledger else ())
+
+    def _delegate(self, prefix: str, items: Iterable[Item]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor, entry in items:
+            entry.status, entry.target = DELEGATED, prefix
+            yield name, tensor
+
+    def _loadable_tensors(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        # Parameters, and persistent buffers (BatchNorm running stats among them).
+        out: dict[str, torch.Tensor] = dict(module.named_parameters(recurse=False))
+        for name, buf in module._buffers.items():
+            if buf is not None and name not in module._non_persistent_buffers_set:
+                out.setdefault(name, buf)
+        return out
+
+    def _load_param(self, prefix: str, param: torch.Tensor, group: Iterable[Item]) -> Iterator[str]:
+        assert self.ledger is not None
+        for rest, tensor, entry in group:
+            qual = _qualname(prefix, rest)
+            rule = self._skip_rule(qual)
+            if rule:
+                entry.status, entry.rule = SKIPPED, rule
+                continue
+            if rest:
+                rule = self._ignore_rule(qual)
+                if rule:
+                    entry.status, entry.rule = IGNORED, rule
+                    continue
+                raise NestedWeightError(qual, prefix, weight_source(entry, tensor))
+            loader = loader_of(param)
+            try:
+                loader(param, tensor)
+            except ShapeMismatchError as exc:
+                raise exc.with_name(prefix, weight_source(entry, tensor)) from None
+            except LoadkitError:
+                raise
+            except (AssertionError, RuntimeError, TypeError, IndexError) as exc:
+                raise WeightLoadError(
+                    prefix,
+                    tuple(param.shape),
+                    tuple(tensor.shape),
+                    weight_source(entry, tensor),
+                    exc,
+                ) from exc
+            entry.status, entry.target = LOADED, prefix
+            self.ledger.param_loaded(prefix, source=entry.name)
+            yield prefix
+
+    def _load_module(self, prefix: str, module: nn.Module, items: Iterable[Item]) -> Iterator[str]:
+        assert self.ledger is not None
+        if module is not self.module:  # the root's load_weights is usually what called us
+            own = getattr(module, "load_weights", None)
+            if callable(own):
+                loaded = own(self._delegate(prefix, items))
+                if loaded is None:
+                    warnings.warn(
+                        f"{type(module).__name__}.load_weights at '{prefix}' returned None; "
+                        "its parameters cannot be accounted for",
+                        stacklevel=2,
+                    )
+                    return
+                for name in loaded:
+                    qual = _qualname(prefix, name)
+                    self.ledger.param_loaded(qual, via=prefix)
+                    yield qual
+                return
+
+        children = dict(module.named_children())
+        tensors = self._loadable_tensors(module)
+        for head, group in self._groupby_prefix(items):
+            qual = _qualname(prefix, head)
+            if head in children:
+                rule = self._skip_rule(qual + ".")
+                if rule:
+                    self._mark(group, SKIPPED, rule)
+                    continue
+                yield from self._load_module(qual, children[head], group)
+            elif head in tensors:
+                rule = self._skip_rule(qual)
+                if rule:
+                    self._mark(group, SKIPPED, rule)
+                    continue
+                yield from self._load_param(qual, tensors[head], group)
+            else:
+                rule = self._skip_rule(qual + ".") or self._skip_rule(qual)
+                if rule:
+                    self._mark(group, SKIPPED, rule)
+                    continue
+                rule = self._ignore_rule(qual + ".") or self._ignore_rule(qual)
+                if rule:
+                    self._mark(group, IGNORED, rule)
+                    continue
+                _, tensor, entry = next(group)
+                raise UnknownNameError(
+                    qual,
+                    type(self.module).__name__,
+                    self._candidates(),
+                    weight_source(entry, tensor),
+                )
+
+    def load_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        *,
+        mapper: WeightsMapper | None = None,
+    ) -> set[str]:
+        """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest."""
+        self.ledger = LoadLedger(self.module)
+        remember(self.module, self.ledger)
+        return set(self._load_module("", self.module, self._entries(weights, mapper)))

@@ -1,0 +1,133 @@
+"""Exceptions users can act on.
+
+Every error is a ``ValueError`` (so callers written against upstream, which raises
+``ValueError``/``AssertionError``, keep working) and its message names the file, the key and the
+shapes involved wherever they are known. This module imports nothing heavy: the header-only
+checkpoint path uses it without torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class LoadkitError(ValueError):
+    """Base class of every loadkit error."""
+
+
+# --- checkpoints (SPEC 8, 9) -------------------------------------------------------------------
+
+
+class CheckpointError(LoadkitError):
+    """A checkpoint file or folder that cannot be read as it claims to be."""
+
+    def __init__(self, file: str, message: str, key: str | None = None) -> None:
+        self.file = str(file)
+        self.key = key
+        where = f"{self.file}" + (f", key '{key}'" if key is not None else "")
+        super().__init__(f"{where}: {message}")
+
+
+class TruncatedCheckpointError(CheckpointError):
+    """The file is shorter than its header says."""
+
+
+class HeaderError(CheckpointError):
+    """The safetensors header is missing, not JSON, or describes impossible tensors."""
+
+
+class ShardIndexError(CheckpointError):
+    """``model.safetensors.index.json`` disagrees with the shards on disk."""
+
+
+class DuplicateKeyError(CheckpointError):
+    """The same tensor name is stored in two shards."""
+
+
+# --- loading (SPEC 2, 3) -------------------------------------------------------------------------
+
+
+class ShapeMismatchError(LoadkitError):
+    """A checkpoint tensor does not fit the parameter it is loaded into."""
+
+    def __init__(
+        self,
+        param_shape: tuple[int, ...],
+        weight_shape: tuple[int, ...],
+        name: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.param_shape = tuple(param_shape)
+        self.weight_shape = tuple(weight_shape)
+        self.name = name
+        self.source = source
+        subject = f"parameter '{name}'" if name else "parameter"
+        origin = f" (from {source})" if source else ""
+        super().__init__(
+            f"Shape mismatch loading {subject}{origin}: parameter has shape "
+            f"{list(self.param_shape)}, checkpoint weight has shape {list(self.weight_shape)}."
+        )
+
+    def with_name(self, name: str, source: str | None = None) -> ShapeMismatchError:
+        """The same error with the parameter's qualified name (and the weight's origin) added."""
+        return ShapeMismatchError(self.param_shape, self.weight_shape, name, source or self.source)
+
+
+class UnknownNameError(LoadkitError):
+    """A checkpoint name matches no module or parameter of the model."""
+
+    def __init__(self, name: str, root: str, candidates: Iterable[str], source: str | None = None):
+        self.name = name
+        self.root = root
+        self.suggestions = nearest_names(name, candidates)
+        origin = f" (from {source})" if source else ""
+        msg = f"There is no module or parameter named '{name}' in {root}.{origin}"
+        if self.suggestions:
+            msg += " Nearest existing names: " + ", ".join(f"'{s}'" for s in self.suggestions)
+        super().__init__(msg)
+
+
+class NestedWeightError(LoadkitError):
+    """A checkpoint name reaches below a parameter (``w.weight.extra``)."""
+
+    def __init__(self, name: str, param: str, source: str | None = None) -> None:
+        self.name = name
+        self.param = param
+        origin = f" (from {source})" if source else ""
+        super().__init__(
+            f"Attempted to load nested weight '{name}' into a single parameter '{param}'.{origin}"
+        )
+
+
+# --- mapper configuration (SPEC 1) ---------------------------------------------------------------
+
+
+class MapperConfigError(LoadkitError):
+    """A ``WeightsMapper`` rule that can never work (an empty suffix, a broken regex)."""
+
+
+def nearest_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
+    """At most ``n`` existing names closest to ``name`` (users want a hint, not a wall of names)."""
+    pool = list(dict.fromkeys(candidates))
+    return difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+
+
+class WeightLoadError(LoadkitError):
+    """A parameter's own ``weight_loader`` failed; says which parameter, key and shapes."""
+
+    def __init__(
+        self,
+        name: str,
+        param_shape: tuple[int, ...],
+        weight_shape: tuple[int, ...],
+        source: str | None,
+        cause: BaseException,
+    ) -> None:
+        self.name = name
+        origin = f" from {source}" if source else ""
+        super().__init__(
+            f"Loading parameter '{name}' (shape {list(param_shape)}){origin} "
+            f"(shape {list(weight_shape)}) failed in its weight_loader: "
+            f"{type(cause).__name__}: {cause}"
+        )

@@ -1,0 +1,209 @@
+"""The load ledger: where every checkpoint name went and whether every parameter was filled.
+
+``load_state_dict`` reports missing and unexpected keys after the fact; the ledger accounts for
+both sides completely. Each checkpoint entry ends in exactly one status of ``ENTRY_STATUSES`` and
+each model parameter or persistent buffer in exactly one of ``PARAM_STATUSES``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+LOADED = "loaded"
+SKIPPED = "skipped"
+IGNORED = "ignored"
+MAPPER_DROPPED = "dropped by mapper"
+DELEGATED = "delegated"
+UNCONSUMED = "unconsumed"  # pulled by nobody: a loader that stopped early
+ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED)
+
+NOT_LOADED = "never loaded"
+PARAM_STATUSES = (LOADED, NOT_LOADED)
+
+
+@dataclass
+class CheckpointEntry:
+    """One checkpoint tensor as the loader saw it, in stream order."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    mapped: str | None = None
+    status: str = UNCONSUMED
+    target: str | None = None  # the parameter loaded, or the child module delegated to
+    rule: str | None = None  # the rule that skipped, ignored or dropped it
+
+    @property
+    def detail(self) -> str:
+        if self.status == LOADED:
+            return f"-> {self.target}"
+        if self.status == DELEGATED:
+            return f"-> {self.target}.load_weights"
+        return self.rule or ""
+
+
+@dataclass
+class ParamEntry:
+    """One parameter or persistent buffer of the model."""
+
+    name: str
+    kind: str  # "parameter" or "buffer"
+    shape: tuple[int, ...]
+    status: str = NOT_LOADED
+    sources: list[str] = field(default_factory=list)  # checkpoint names loaded into it
+    via: str | None = None  # a child's own load_weights that reported it loaded
+    aliases: list[str] = field(default_factory=list)  # tied names sharing this tensor
+
+
+def model_tensors(module: torch.nn.Module) -> dict[str, ParamEntry]:
+    """Every parameter and persistent buffer by qualified name; tied names become aliases."""
+    out: dict[str, ParamEntry] = {}
+    seen: dict[int, str] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out[seen[id(p)]].aliases.append(name)
+            continue
+        seen[id(p)] = name
+        out[name] = ParamEntry(name, "parameter", tuple(p.shape))
+    for mod_name, mod in module.named_modules():
+        for buf_name, buf in mod._buffers.items():
+            if buf is None or buf_name in mod._non_persistent_buffers_set:
+                continue
+            qual = f"{mod_name}.{buf_name}" if mod_name else buf_name
+            if id(buf) in seen:
+                if qual != seen[id(buf)]:
+                    out[seen[id(buf)]].aliases.append(qual)
+                continue
+            seen[id(buf)] = qual
+            out[qual] = ParamEntry(qual, "buffer", tuple(buf.shape))
+    return out
+
+
+class LoadLedger:
+    """Both sides of one load: ``entries`` (checkpoint, in order) and ``params`` (model)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.root = type(module).__name__
+        self.entries: list[CheckpointEntry] = []
+        self.params: dict[str, ParamEntry] = model_tensors(module)
+        self._alias_of = {a: p.name for p in self.params.values() for a in p.aliases}
+
+    # --- recording (AutoWeightsLoader calls these) ----------------------------------------------
+
+    def add(self, name: str, tensor: Any) -> CheckpointEntry:
+        entry = CheckpointEntry(len(self.entries), name, tuple(getattr(tensor, "shape", ())))
+        self.entries.append(entry)
+        return entry
+
+    def param_loaded(self, qualname: str, source: str | None = None, via: str | None = None):
+        entry = self.params.get(self._alias_of.get(qualname, qualname))
+        if entry is None:
+            return  # a child's loader reported a name the model does not hold: nothing to mark
+        entry.status = LOADED
+        if source is not None:
+            entry.sources.append(source)
+        if via is not None:
+            entry.via = via
+
+    # --- reading ---
+
+    def entries_with(self, status: str) -> list[CheckpointEntry]:
+        return [e for e in self.entries if e.status == status]
+
+    def params_with(self, status: str) -> list[ParamEntry]:
+        return [p for p in self.params.values() if p.status == status]
+
+    @property
+    def never_loaded(self) -> list[str]:
+        return [p.name for p in self.params_with(NOT_LOADED)]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        ck = Counter(e.status for e in self.entries)
+        pm = Counter(p.status for p in self.params.values())
+        return {
+            "checkpoint": {s: ck.get(s, 0) for s in ENTRY_STATUSES},
+            "model": {s: pm.get(s, 0) for s in PARAM_STATUSES},
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "counts": self.counts(),
+            "checkpoint": [
+                {
+                    "name": e.name,
+                    "mapped": e.mapped,
+                    "status": e.status,
+                    "target": e.target,
+                    "rule": e.rule,
+                    "shape": list(e.shape),
+                }
+                for e in self.entries
+            ],
+            "model": [
+                {
+                    "name": p.name,
+                    "kind": p.kind,
+                    "status": p.status,
+                    "sources": p.sources,
+                    "via": p.via,
+                    "aliases": p.aliases,
+                }
+                for p in self.params.values()
+            ],
+        }
+
+    def table(self, *, full: bool = False, limit: int = 20) -> str:
+        """A short text table: counts, then the entries that were not plainly loaded.
+
+        ``full=True`` lists every entry; otherwise loaded entries are summarised by count.
+        """
+        c = self.counts()
+        lines = [
+            f"{self.root}: checkpoint {len(self.entries)} names: "
+            + ", ".join(f"{n} {s}" for s, n in c["checkpoint"].items() if n),
+            f"{' ' * len(self.root)}  model {len(self.params)} tensors: "
+            + ", ".join(f"{n} {s}" for s, n in c["model"].items() if n),
+        ]
+        shown = self.entries if full else [e for e in self.entries if e.status != LOADED]
+        if shown:
+            width = max(len(e.name) for e in shown[:limit])
+            lines.append("  checkpoint name".ljust(width + 4) + "status".ljust(19) + "detail")
+            for e in shown[:limit]:
+                lines.append(f"  {e.name.ljust(width)}  {e.status.ljust(17)}  {e.detail}")
+            if len(shown) > limit:
+                lines.append(f"  ... {len(shown) - limit} more")
+        missing = self.never_loaded
+        if missing:
+            lines.append("  never loaded: " + ", ".join(missing[:limit]))
+            if len(missing) > limit:
+                lines.append(f"  ... {len(missing) - limit} more")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        return f"<LoadLedger {self.root} checkpoint={c['checkpoint']} model={c['model']}>"
+
+
+_LAST: weakref.WeakKeyDictionary[torch.nn.Module, LoadLedger] = weakref.WeakKeyDictionary()
+
+
+def remember(module: torch.nn.Module, ledger: LoadLedger) -> None:
+    _LAST[module] = ledger
+
+
+def ledger_of(module: torch.nn.Module) -> LoadLedger | None:
+    """The ledger of the last ``AutoWeightsLoader`` load rooted at ``module``.
+
+    Models build their ``AutoWeightsLoader`` inside ``load_weights`` and drop it; this keeps the
+    ledger reachable from the model itself.
+    """
+    return _LAST.get(module)

@@ -1,0 +1,77 @@
+"""The old/new pattern every bug notebook uses.
+
+A scenario is a function that runs one behaviour and returns a ``Record``: the named series to
+plot (each an x list and a y list), the events it saw, in order, and an outcome (a small dict of
+findings). ``run_behaviours`` runs a scenario for each behaviour up front, so a widget can swap
+between precomputed records without recomputing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Series:
+    """One line (or bar set) of a chart."""
+
+    x: list[Any]
+    y: list[Any]
+    mode: str = "lines+markers"  # plotly scatter mode, or "bar"
+    text: list[str] | None = None
+
+
+@dataclass
+class Record:
+    """What one behaviour did: series to chart, events in order, findings."""
+
+    behaviour: str
+    series: dict[str, Series] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    def add_point(self, series: str, x: Any, y: Any, **style: Any) -> None:
+        s = self.series.setdefault(series, Series([], [], **style))
+        s.x.append(x)
+        s.y.append(y)
+
+    def summary(self) -> str:
+        """The outcome as aligned ``key: value`` lines, stable for notebook checks."""
+        width = max((len(k) for k in self.outcome), default=0)
+        lines = [f"[{self.behaviour}]"]
+        lines += [f"  {k.ljust(width)} : {_fmt(v)}" for k, v in self.outcome.items()]
+        return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"{list(value[:8])} ... ({len(value)} in all)"
+    return str(value)
+
+
+def run_behaviours(
+    scenario: Callable[..., Record], behaviours: Iterable[str] = ("old", "new"), **kwargs: Any
+) -> dict[str, Record]:
+    """Run ``scenario(behaviour=b, **kwargs)`` for each behaviour, in order."""
+    return {b: scenario(behaviour=b, **kwargs) for b in behaviours}
+
+
+def outcome_table(records: dict[str, Record]) -> str:
+    """Outcomes side by side: one row per finding, one column per behaviour."""
+    keys: list[str] = []
+    for r in records.values():
+        keys += [k for k in r.outcome if k not in keys]
+    cols = list(records)
+    cells = [[_fmt(records[c].outcome.get(k, "-")) for c in cols] for k in keys]
+    kw = max([len(k) for k in keys] + [0])
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    head = " " * kw + "  " + "  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))
+    rows = [
+        k.ljust(kw) + "  " + "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True))
+        for k, row in zip(keys, cells, strict=True)
+    ]
+    return "\n".join([head, *rows])

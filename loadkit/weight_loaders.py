@@ -1,0 +1,48 @@
+"""The per-parameter loaders (SPEC 2).
+
+Every loader takes the parameter first, named ``param``, and the checkpoint tensor second: the
+layerwise reload finds the destination by that name when it counts and replays loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from loadkit.errors import ShapeMismatchError
+
+WeightLoader = Callable[..., object]
+
+
+def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+    """Copy ``loaded_weight`` into ``param``; dtypes are cast as ``copy_`` casts them."""
+    if param.numel() == 1 and loaded_weight.numel() == 1:
+        # Scalars saved as () and as (1,) are the same value: let them mix. A copy (not a fill)
+        # keeps the load visible to copy counting.
+        param.data.copy_(loaded_weight.reshape(param.shape))
+        return
+    if tuple(param.shape) != tuple(loaded_weight.shape):
+        raise ShapeMismatchError(tuple(param.shape), tuple(loaded_weight.shape))
+    param.data.copy_(loaded_weight)
+
+
+def composed_weight_loader(
+    loader: WeightLoader, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> WeightLoader:
+    """A loader that runs ``loader`` and then replaces the parameter by ``fn(param)``.
+
+    That is two copies into the same parameter: the reason layerwise reload once over-counted.
+    """
+
+    def composed_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+        loader(param, loaded_weight)
+        param.data.copy_(fn(param))
+
+    composed_loader.__qualname__ = f"composed_weight_loader({getattr(loader, '__name__', loader)})"
+    return composed_loader
+
+
+def loader_of(param: torch.Tensor) -> WeightLoader:
+    """The loader a parameter asks for, or the default one."""
+    return getattr(param, "weight_loader", default_weight_loader)

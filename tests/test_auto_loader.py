@@ -1,0 +1,239 @@
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from loadkit import AutoWeightsLoader, WeightsMapper, ledger_of
+from loadkit.errors import NestedWeightError, ShapeMismatchError, UnknownNameError, WeightLoadError
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 2)
+        self.norm = nn.LayerNorm(2)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(5, 3)
+        self.layers = nn.ModuleList([Block(), Block()])
+        self.bn = nn.BatchNorm1d(2)
+        self.register_buffer("scale", torch.zeros(2))
+        self.register_buffer("cache", torch.zeros(2), persistent=False)
+
+    def load_weights(self, weights):
+        return AutoWeightsLoader(self).load_weights(weights)
+
+
+def full_state(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(v.shape, generator=g).to(v.dtype) for k, v in model.state_dict().items()}
+
+
+def test_loads_everything_and_returns_qualified_names():
+    model = Net()
+    sd = full_state(model)
+    loaded = AutoWeightsLoader(model).load_weights(sd.items())
+    assert loaded == set(sd)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, sd[k]), k
+    assert "cache" not in loaded  # non-persistent buffers are not loadable
+
+
+def test_batchnorm_stats_and_persistent_buffers_load():
+    model = Net()
+    sd = {
+        "bn.running_mean": torch.ones(2),
+        "bn.num_batches_tracked": torch.tensor(7),
+        "scale": torch.full((2,), 2.0),
+    }
+    loaded = AutoWeightsLoader(model).load_weights(sd.items())
+    assert loaded == set(sd)
+    assert model.bn.num_batches_tracked.item() == 7 and model.scale.tolist() == [2.0, 2.0]
+
+
+def test_mapper_applied_first_then_skips():
+    model = Net()
+    mapper = WeightsMapper(orig_to_new_prefix={"hf.": ""}, orig_to_new_substr={"junk": None})
+    w = {
+        "hf.embed.weight": torch.ones(5, 3),
+        "hf.junk": torch.ones(1),
+        "lm_head.weight": torch.ones(1),
+    }
+    loaded = AutoWeightsLoader(model, skip_prefixes=["lm_head."]).load_weights(
+        w.items(), mapper=mapper
+    )
+    assert loaded == {"embed.weight"}
+    assert torch.equal(model.embed.weight.data, torch.ones(5, 3))
+
+
+def test_skip_prefix_substr_and_rotary_always_skipped():
+    model = Net()
+    w = {
+        "layers.0.rotary_emb.inv_freq": torch.ones(1),
+        "rotary_pos_emb.inv_freq": torch.ones(1),
+        "layers.1.rotary_emb.cos_cached": torch.ones(1),
+        "foo.x": torch.ones(1),
+        "bar.extra_stuff.y": torch.ones(1),
+        "embed.weight": torch.ones(5, 3),
+    }
+    loader = AutoWeightsLoader(model, skip_prefixes=["foo."], skip_substrs=["extra_stuff"])
+    assert loader.load_weights(w.items()) == {"embed.weight"}
+    statuses = {e.name: (e.status, e.rule) for e in loader.ledger.entries}
+    assert statuses["foo.x"] == ("skipped", "skip_prefixes 'foo.'")
+    assert statuses["bar.extra_stuff.y"] == ("skipped", "skip_substrs 'extra_stuff'")
+    assert statuses["layers.0.rotary_emb.inv_freq"][1].startswith("rotary")
+
+
+def test_callers_lists_are_not_changed():
+    prefixes, substrs = ["a."], ["b"]
+    AutoWeightsLoader(Net(), skip_prefixes=prefixes, skip_substrs=substrs).load_weights([])
+    assert prefixes == ["a."] and substrs == ["b"]
+
+
+def test_ignore_unexpected_prefix_and_suffix():
+    model = Net()
+    w = {
+        "vision.x": torch.ones(1),
+        "embed.weight_scale": torch.ones(1),
+        "embed.weight": torch.ones(5, 3),
+    }
+    loader = AutoWeightsLoader(
+        model, ignore_unexpected_prefixes=["vision."], ignore_unexpected_suffixes=["_scale"]
+    )
+    assert loader.load_weights(w.items()) == {"embed.weight"}
+    ign = {e.name: e.rule for e in loader.ledger.entries_with("ignored")}
+    assert ign == {
+        "vision.x": "ignore_unexpected_prefixes 'vision.'",
+        "embed.weight_scale": "ignore_unexpected_suffixes '_scale'",
+    }
+
+
+def test_unknown_name_error_names_it_and_at_most_five_nearest():
+    model = Net()
+    with pytest.raises(UnknownNameError) as exc:
+        AutoWeightsLoader(model).load_weights([("layers.0.prj.weight", torch.ones(2, 3))])
+    msg = str(exc.value)
+    assert msg.startswith("There is no module or parameter named 'layers.0.prj' in Net.")
+    assert "'layers.0.proj'" in msg
+    assert 1 <= len(exc.value.suggestions) <= 5
+    assert "embed.weight" not in msg  # no wall of every parameter
+
+
+def test_nested_name_under_a_parameter_raises():
+    with pytest.raises(NestedWeightError, match="embed.weight.extra"):
+        AutoWeightsLoader(Net()).load_weights([("embed.weight.extra", torch.ones(1))])
+
+
+def test_shape_error_reraised_with_qualified_name_and_file():
+    t = torch.ones(4, 4)
+    t.loadkit_file = "/ckpt/model.safetensors"
+    with pytest.raises(ShapeMismatchError) as exc:
+        AutoWeightsLoader(Net()).load_weights([("layers.1.proj.weight", t)])
+    msg = str(exc.value)
+    for part in ("layers.1.proj.weight", "[2, 3]", "[4, 4]", "/ckpt/model.safetensors"):
+        assert part in msg
+
+
+def test_failing_custom_loader_gets_context():
+    model = Net()
+
+    def broken(param, loaded_weight):
+        raise RuntimeError("boom")
+
+    model.embed.weight.weight_loader = broken
+    with pytest.raises(WeightLoadError, match=r"embed\.weight.*boom"):
+        AutoWeightsLoader(model).load_weights([("embed.weight", torch.ones(5, 3))])
+
+
+def test_param_weight_loader_attribute_used():
+    model = Net()
+    calls = []
+    model.embed.weight.weight_loader = lambda param, loaded_weight: calls.append(
+        loaded_weight.shape
+    )
+    AutoWeightsLoader(model).load_weights([("embed.weight", torch.ones(5, 3))])
+    assert calls == [torch.Size([5, 3])]
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(2))
+        self.seen = []
+
+    def load_weights(self, weights):
+        for name, t in weights:
+            self.seen.append(name)
+            if name == "w_renamed":
+                self.w.data.copy_(t)
+        return {"w"}
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.head = nn.Linear(2, 2)
+
+    def load_weights(self, weights):
+        return AutoWeightsLoader(self).load_weights(weights)
+
+
+def test_child_load_weights_gets_stripped_names_and_results_reprefixed():
+    model = Outer()
+    w = [
+        ("inner.w_renamed", torch.ones(2)),
+        ("inner.other", torch.ones(1)),
+        ("head.bias", torch.ones(2)),
+    ]
+    loaded = model.load_weights(w)
+    assert model.inner.seen == ["w_renamed", "other"]
+    assert loaded == {"inner.w", "head.bias"}
+    ledger = ledger_of(model)
+    assert [e.status for e in ledger.entries] == ["delegated", "delegated", "loaded"]
+    assert ledger.params["inner.w"].via == "inner"
+    assert ledger.never_loaded == ["head.weight"]
+
+
+def test_root_own_load_weights_is_not_recursed_into():
+    # Outer.load_weights builds an AutoWeightsLoader on itself: no infinite recursion.
+    assert Outer().load_weights([("head.bias", torch.ones(2))]) == {"head.bias"}
+
+
+def test_child_returning_none_warns():
+    model = Outer()
+    model.inner.load_weights = lambda weights: None
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        assert model.load_weights([("inner.w", torch.ones(2))]) == set()
+    assert any("returned None" in str(r.message) for r in rec)
+
+
+def test_interleaved_groups_walk_consecutive_runs():
+    model = Outer()
+    w = [("inner.a", torch.ones(1)), ("head.bias", torch.ones(2)), ("inner.b", torch.ones(1))]
+    model.load_weights(w)
+    assert model.inner.seen == ["a", "b"]  # called twice, once per run
+
+
+def test_tied_lm_head_overwrites_embedding_unless_skipped():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(4, 2)
+            self.lm_head = nn.Linear(2, 4, bias=False)
+            self.lm_head.weight = self.embed.weight
+
+    w = [("embed.weight", torch.ones(4, 2)), ("lm_head.weight", torch.zeros(4, 2))]
+    m = Tied()
+    AutoWeightsLoader(m).load_weights(w)
+    assert m.embed.weight.sum().item() == 0  # overwritten by lm_head
+    m = Tied()
+    loader = AutoWeightsLoader(m, skip_prefixes=["lm_head."])
+    assert loader.load_weights(w) == {"embed.weight"}
+    assert m.embed.weight.sum().item() == 8
+    assert loader.ledger.params["embed.weight"].aliases == ["lm_head.weight"]

@@ -1,0 +1,163 @@
+import re
+
+import pytest
+import torch
+
+from loadkit import WeightsMapper
+from loadkit.errors import LoadkitError, MapperConfigError
+
+
+def test_stage_order_regex_substr_stacked_prefix_suffix():
+    m = WeightsMapper(
+        orig_to_new_regex={r"^a": "b"},
+        orig_to_new_substr={"b": "c"},  # sees the regex result
+        orig_to_new_stacked={"c": ("d", 7)},
+        orig_to_new_prefix={"d": "e"},
+        orig_to_new_suffix={"x": "y"},
+    )
+    t = m.trace("ax")
+    assert t.result == "ey"
+    assert [s.stage for s in t.steps] == ["regex", "substr", "stacked", "prefix", "suffix"]
+    assert t.shard_id == 7
+
+
+def test_rules_chain_within_a_stage():
+    assert WeightsMapper(orig_to_new_prefix={"a.": "b.", "b.": "c."}).map_name("a.x") == "c.x"
+    assert WeightsMapper(orig_to_new_substr={"foo": "bar", "bar": "baz"}).map_name("foo") == "baz"
+    assert WeightsMapper(orig_to_new_suffix={".w": ".v", ".v": ".u"}).map_name("m.w") == "m.u"
+
+
+def test_regex_replaces_every_match_with_backrefs_and_compiled_keys():
+    m = WeightsMapper(orig_to_new_regex={r"layers\.(\d+)": r"h.\1", re.compile("z"): "Z"})
+    assert m.map_name("layers.1.layers.2.z.z") == "h.1.h.2.Z.Z"
+
+
+def test_substr_replaces_first_occurrence_only():
+    assert WeightsMapper(orig_to_new_substr={"ab": "X"}).map_name("ab.ab") == "X.ab"
+
+
+def test_prefix_only_at_start_and_empty_prefix_prepends():
+    m = WeightsMapper(orig_to_new_prefix={"model.": "m."})
+    assert m.map_name("x.model.y") == "x.model.y"
+    assert m.map_name("model.model.y") == "m.model.y"
+    assert WeightsMapper(orig_to_new_prefix={"": "root."}).map_name("a") == "root.a"
+
+
+def test_suffix_only_at_end():
+    m = WeightsMapper(orig_to_new_suffix={".weight": ".w"})
+    assert m.map_name("a.weight.weight") == "a.weight.w"
+    assert m.map_name("a.weight.bias") == "a.weight.bias"
+
+
+def test_empty_suffix_is_a_configuration_error():
+    with pytest.raises(MapperConfigError, match="empty suffix"):
+        WeightsMapper(orig_to_new_suffix={"": "x"})
+    assert issubclass(MapperConfigError, ValueError)
+
+
+def test_invalid_regex_names_the_pattern():
+    with pytest.raises(ValueError, match=r"\(unclosed"):
+        WeightsMapper(orig_to_new_regex={"(unclosed": "x"})
+    with pytest.raises(LoadkitError, match="invalid replacement"):
+        WeightsMapper(orig_to_new_regex={"(a)": r"\2"})
+
+
+@pytest.mark.parametrize(
+    "field,key",
+    [
+        ("orig_to_new_regex", "dro"),
+        ("orig_to_new_substr", "dro"),
+        ("orig_to_new_stacked", "dro"),
+        ("orig_to_new_prefix", "drop"),
+        ("orig_to_new_suffix", "me"),
+    ],
+)
+def test_none_drops_at_once(field, key):
+    m = WeightsMapper(**{field: {key: None}})
+    assert m.map_name("drop.me") is None
+    assert m.map_name_with_shard("drop.me") is None
+    assert m.trace("drop.me").dropped_by.stage == field.removeprefix("orig_to_new_")
+
+
+def test_none_stops_later_stages():
+    m = WeightsMapper(orig_to_new_substr={"a": None}, orig_to_new_prefix={"": "p."})
+    assert m.map_name("a") is None
+    assert m.map_name("b") == "p.b"
+
+
+def test_stacked_last_matching_rule_wins_shard_id():
+    m = WeightsMapper(orig_to_new_stacked={"q_proj": ("qkv_proj", "q"), "qkv_proj": ("qkv", "z")})
+    assert m.map_name_with_shard("l.q_proj.weight") == ("l.qkv.weight", "z")
+    assert m.map_name_with_shard("l.o_proj.weight") == ("l.o_proj.weight", None)
+
+
+def test_private_spelling_is_the_same_method():
+    m = WeightsMapper(orig_to_new_prefix={"a": "b"})
+    assert m._map_name("ax") == m.map_name("ax") == "bx"
+
+
+def test_apply_is_lazy_drops_none_and_sets_shard_id():
+    m = WeightsMapper(
+        orig_to_new_stacked={"k_proj": ("qkv_proj", "k")}, orig_to_new_substr={"bad": None}
+    )
+    pulled = []
+
+    def source():
+        for name in ["a.k_proj.weight", "bad.x", "c"]:
+            pulled.append(name)
+            yield name, torch.zeros(1)
+
+    it = m.apply(source())
+    assert pulled == []  # nothing read before the first next()
+    name, t = next(it)
+    assert (name, t.shard_id) == ("a.qkv_proj.weight", "k")
+    assert pulled == ["a.k_proj.weight"]
+    rest = list(it)
+    assert [n for n, _ in rest] == ["c"]
+    assert not hasattr(rest[0][1], "shard_id")
+
+
+def test_apply_list_and_dict_later_key_wins():
+    m = WeightsMapper(orig_to_new_prefix={"a.": "x.", "b.": "x."}, orig_to_new_substr={"z": None})
+    assert m.apply_list(["a.1", "z", "b.2"]) == ["x.1", "x.2"]
+    assert m.apply_dict({"a.1": 1, "b.1": 2, "z": 3}) == {"x.1": 2}
+
+
+def test_or_merges_all_five_fields_right_wins():
+    a = WeightsMapper(
+        orig_to_new_regex={"r": "A"},
+        orig_to_new_substr={"s": "A", "shared": "A"},
+        orig_to_new_stacked={"t": ("A", 0)},
+        orig_to_new_prefix={"p": "A"},
+        orig_to_new_suffix={"x": "A"},
+    )
+    b = WeightsMapper(
+        orig_to_new_regex={"r2": "B"},
+        orig_to_new_substr={"shared": "B"},
+        orig_to_new_stacked={"t2": ("B", 1)},
+        orig_to_new_prefix={"p2": "B"},
+        orig_to_new_suffix={"x2": "B"},
+    )
+    c = a | b
+    assert dict(c.orig_to_new_regex) == {"r": "A", "r2": "B"}
+    assert dict(c.orig_to_new_substr) == {"s": "A", "shared": "B"}
+    assert dict(c.orig_to_new_stacked) == {"t": ("A", 0), "t2": ("B", 1)}
+    assert dict(c.orig_to_new_prefix) == {"p": "A", "p2": "B"}
+    assert dict(c.orig_to_new_suffix) == {"x": "A", "x2": "B"}
+    assert c.map_name("x2") == "B"
+
+
+def test_frozen_and_empty_by_default():
+    m = WeightsMapper()
+    assert m.is_empty() and m.map_name("anything") == "anything"
+    with pytest.raises(AttributeError):
+        m.orig_to_new_prefix = {}  # type: ignore[misc]
+
+
+def test_from_json_checks_fields():
+    m = WeightsMapper.from_json({"orig_to_new_stacked": {"q": ["qkv", "q"]}})
+    assert m.map_name_with_shard("q") == ("qkv", "q")
+    with pytest.raises(MapperConfigError, match="unknown field"):
+        WeightsMapper.from_json({"orig_to_new_prefixes": {}})
+    with pytest.raises(MapperConfigError, match="str to str or None"):
+        WeightsMapper(orig_to_new_prefix={"a": 3})

@@ -1,0 +1,41 @@
+from loadkit.scenario import Record, outcome_table, run_behaviours
+from loadkit.viz import behaviour_toggle, figure, figure_data
+
+
+def scenario(behaviour, n=3):
+    r = Record(behaviour)
+    k = 2 if behaviour == "old" else 1
+    for i in range(n):
+        r.add_point("clones", i, (i + 1) * k)
+    r.outcome = {"clones": n * k, "prefix": "" if behaviour == "new" else None}
+    return r
+
+
+def test_run_behaviours_runs_each_in_order():
+    recs = run_behaviours(scenario, n=2)
+    assert list(recs) == ["old", "new"]
+    assert recs["old"].series["clones"].y == [2, 4]
+    assert recs["new"].outcome["clones"] == 2
+
+
+def test_outcome_table_and_summary():
+    recs = run_behaviours(scenario)
+    table = outcome_table(recs).splitlines()
+    assert table[0].split() == ["old", "new"]
+    assert table[1].split() == ["clones", "6", "3"]
+    assert recs["new"].summary().splitlines()[0] == "[new]"
+
+
+def test_toggle_swaps_figure_data_between_records():
+    recs = run_behaviours(scenario)
+    fig = figure(recs["old"], title="probe")
+    toggle = behaviour_toggle(recs, fig)
+    assert toggle.value == "old"
+    assert list(fig.data[0].y) == [2, 4, 6]
+    toggle.value = "new"
+    assert list(fig.data[0].y) == [1, 2, 3]
+    assert fig.layout.title.text == "probe [new]"
+    assert "clones: x=[0, 1, 2] y=[1, 2, 3]" in figure_data(fig)
+    seen = []
+    behaviour_toggle(recs, fig, on_change=lambda r: seen.append(r.behaviour)).value = "old"
+    assert seen == ["old"] and list(fig.data[0].y) == [2, 4, 6]

@@ -1,0 +1,94 @@
+"""The pooling adapter's checkpoint-prefix probe, as a decision over names (SPEC 4, step 2).
+
+The pooling adapter must know whether a checkpoint was saved from ``*ForCausalLM`` (names start
+with ``model.``) or from ``*Model`` (no prefix). It walks the stream until one name, with a
+candidate prefix, is a parameter of the model. Everything walked before that is cloned and held,
+so how soon the probe hits decides how much memory it costs. This module holds the decision; the
+adapter that walks real tensors (``loadkit.pooling``) and the header-only inspector both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from loadkit.mapper import WeightsMapper
+
+Behaviour = Literal["old", "new"]
+CANDIDATE_PREFIXES = ("", "model.")
+
+
+def lookup_name(name: str, mapper: WeightsMapper | None, behaviour: Behaviour) -> str | None:
+    """The name the probe checks for ``name``; ``None`` means skip this key and keep probing.
+
+    ``"old"`` checks the checkpoint name as it is. ``"new"`` checks the model's own mapping of it,
+    because a model with ``hf_to_vllm_mapper`` only matches after mapping.
+    """
+    if behaviour == "new" and mapper is not None:
+        return mapper.map_name(name)
+    if behaviour not in ("old", "new"):
+        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
+    return name
+
+
+def match_prefix(lookup: str, params: Collection[str]) -> str | None:
+    """The first candidate prefix under which ``lookup`` is a parameter, else ``None``."""
+    for prefix in CANDIDATE_PREFIXES:
+        if prefix + lookup in params:
+            return prefix
+    return None
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    """What the probe does over one checkpoint: where it stops and what it clones on the way."""
+
+    behaviour: str
+    prefix: str | None  # the prefix found; None: no hit, names are forwarded unprefixed
+    hit_index: int | None  # position of the key that hit
+    hit_key: str | None
+    walked: int  # keys walked, each cloned
+    cloned_bytes: int
+    total_keys: int
+    total_bytes: int
+
+    @property
+    def hit(self) -> bool:
+        return self.prefix is not None
+
+    @property
+    def prefix_used(self) -> str:
+        return self.prefix or ""
+
+
+def probe_verdict(
+    keys: Iterable[tuple[str, int]],
+    params: Collection[str],
+    *,
+    mapper: WeightsMapper | None = None,
+    behaviour: Behaviour = "new",
+) -> ProbeVerdict:
+    """Run the probe over ``(name, nbytes)`` pairs without touching tensors.
+
+    The same walk as the adapter's: each key is cloned before it is checked, and the walk stops
+    at the first hit. ``keys`` is consumed fully so the totals are known.
+    """
+    walked = cloned = total_keys = total_bytes = 0
+    prefix = hit_key = hit_index = None
+    for name, nbytes in keys:
+        total_keys += 1
+        total_bytes += nbytes
+        if prefix is not None:
+            continue
+        walked += 1
+        cloned += nbytes
+        lookup = lookup_name(name, mapper, behaviour)
+        if lookup is None:
+            continue
+        found = match_prefix(lookup, params)
+        if found is not None:
+            prefix, hit_key, hit_index = found, name, total_keys - 1
+    return ProbeVerdict(
+        behaviour, prefix, hit_index, hit_key, walked, cloned, total_keys, total_bytes
+    )

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.checkpoint import DTYPES, TensorInfo
@@ -118,6 +119,41 @@ class _Run:
     current: str | None = None  # the key last pulled from the stream
     pulled: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
+    writes: list[tuple[str, str | None]] = field(default_factory=list)  # (tensor, current key)
+
+
+class _WriteWatcher(TorchDispatchMode):
+    """Sees every ``copy_`` into a model tensor, by storage, whichever path made it.
+
+    A loader that bypasses ``weight_loader`` (calling ``default_weight_loader`` directly, or
+    ``param.data.copy_``) still fills the parameter: this catches it. Meta tensors have storage
+    objects too, and views of a parameter (``param.data[0:2]``) share its storage.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ to keep torch.compile out of it, and that
+        # wrapper imports torch._dynamo on first use: seconds, for a dry load that compiles
+        # nothing.
+        return False
+
+    def __init__(self, storages: dict[int, str], holder: list[_Run]) -> None:
+        super().__init__()
+        self.storages = storages
+        self.holder = holder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            name = self.storages.get(args[0].untyped_storage()._cdata)
+            if name is not None:
+                run = self.holder[0]
+                run.writes.append((name, run.current))
+        return func(*args, **(kwargs or {}))
+
+
+def _storages(model: nn.Module) -> dict[int, str]:
+    by_name = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    return {by_name[n].untyped_storage()._cdata: n for n in model_tensors(model)}
 
 
 def _meta_weight(info: TensorInfo) -> torch.Tensor:
@@ -248,6 +284,7 @@ def dry_load(
     own = getattr(model, "load_weights", None)
     holder: list[_Run] = [_Run()]
     restore = _wrap_loaders(model, holder)
+    watcher = _WriteWatcher(_storages(model), holder)
     excluded: dict[str, KeyOutcome] = {}
     unexpected: list[Unexpected] = []
     runs = 0
@@ -259,10 +296,11 @@ def dry_load(
             before = _ledgers(model)
             try:
                 stream = _stream(infos, excluded, run)
-                if callable(own):
-                    own(stream)
-                else:
-                    AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
+                with watcher:
+                    if callable(own):
+                        own(stream)
+                    else:
+                        AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
                 break
             except Exception as exc:
                 culprit = run.current
@@ -355,6 +393,9 @@ def _assemble(
     for call in run.calls:
         calls.setdefault(call.key or "", []).append(call)
     pulled = set(run.pulled)
+    written: dict[str, list[str]] = {}  # key -> tensors written while it was being loaded
+    for tensor, key in run.writes:
+        written.setdefault(key or "", []).append(tensor)
 
     keys: list[KeyOutcome] = []
     mismatches: list[ShapeMismatch] = []
@@ -408,6 +449,11 @@ def _assemble(
         if fate and fate[0] == LOADED:
             keys.append(KeyOutcome(name, LOADED, mapped, fate[2]))
             continue
+        if name in written:  # loaded by a path that bypassed weight_loader
+            targets = list(dict.fromkeys(written[name]))
+            filled.update(targets)
+            keys.append(KeyOutcome(name, LOADED, mapped, ", ".join(targets)))
+            continue
         if fate and fate[0] == DELEGATED:
             keys.append(
                 KeyOutcome(
@@ -432,7 +478,8 @@ def _assemble(
             continue
         keys.append(KeyOutcome(name, UNCONSUMED, mapped, message="never read by the loader"))
 
-    # The run's ledgers also know parameters a child's own load_weights reported loaded.
+    # Written by any path, and what the run's ledgers say a child's load_weights loaded.
+    filled.update(t for t, _ in run.writes)
     for path, ledger in new.items():
         filled.update(_join(path, p.name) for p in ledger.params.values() if p.status == LOADED)
     missing_names = [n for n in entries if n not in filled and n not in failed]

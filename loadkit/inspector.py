@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,11 +135,27 @@ def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
 @dataclass
 class InspectReport:
     checkpoint: CheckpointSummary
-    layout: LayoutNode
     mapper: MapperReport | None = None
     model: ModelSummary | None = None
     probe: dict[str, ProbeVerdict] | None = None
     load: LoadReport | None = None
+    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, repr=False, compare=False)
+
+    def _layout(self, fold: bool) -> LayoutNode:
+        if fold not in self._layouts:
+            items = ((t.name, t.nbytes, t.dtype) for t in self.checkpoint.tensors)
+            self._layouts[fold] = build_layout(items, fold=fold)
+        return self._layouts[fold]
+
+    @property
+    def layout(self) -> LayoutNode:
+        """The key tree, one node per dotted prefix (built on first use)."""
+        return self._layout(False)
+
+    @property
+    def folded_layout(self) -> LayoutNode:
+        """The key tree with numbered siblings merged (``layers.{0-27}``): the report's view."""
+        return self._layout(True)
 
     @property
     def clean(self) -> bool | None:
@@ -155,7 +171,7 @@ class InspectReport:
         return {
             "schema": SCHEMA_VERSION,
             "checkpoint": self.checkpoint.as_dict(),
-            "layout": self.layout.as_dict(),
+            "layout": self.folded_layout.as_dict(),
             "mapper": self.mapper.as_dict() if self.mapper else None,
             "model": self.model.as_dict() if self.model else None,
             "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
@@ -292,22 +308,21 @@ def inspect_checkpoint(
     """
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
-    report = InspectReport(
-        summarize_checkpoint(ck), build_layout((t.name, t.nbytes, t.dtype) for t in infos)
-    )
+    report = InspectReport(summarize_checkpoint(ck))
     user_mapper = None if mapper is None else parse_mapper(mapper)
     if model is None:
         if user_mapper is not None:
             report.mapper = mapper_report(user_mapper, [t.name for t in infos], mapper_label)
         return report
 
-    # Only now does torch come in.
-    from loadkit.dry_load import dry_load, model_summary
+    # Only now does torch come in (the registry imports it when it builds the model).
     from loadkit.mapper import WeightsMapper
     from loadkit.models.registry import build_model
     from loadkit.probe import probe_verdict
 
     module, spec = build_model(model, ck.tensors)
+    from loadkit.dry_load import dry_load, model_summary
+
     if user_mapper is not None:
         # The model's own load_weights reads self.hf_to_vllm_mapper: an instance attribute
         # replaces the class's for this model only.

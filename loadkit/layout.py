@@ -1,76 +1,97 @@
 """The prefix tree of a checkpoint's key names, with tensor counts, bytes and dtypes per node.
 
 Checkpoint names are dotted paths (``model.layers.3.self_attn.q_proj.weight``); the tree splits
-them at the dots so a layout reads like the module tree it was saved from. ``folded()`` merges
-numbered siblings (``layers.0`` ... ``layers.27``) into one node ``layers.{0-27}``: a 2000-name
-checkpoint then reads in a screenful. Torch-free: the header-only inspector builds it.
+them at the dots so a layout reads like the module tree it was saved from. Folding merges
+numbered siblings (``layers.0`` ... ``layers.27``) into one node ``layers.{0-27}`` with the sums
+of all of them: a 2000-name checkpoint then reads in a screenful, and a gap (``{0-4,6-27}``) or a
+count that is not a multiple of the instances shows a missing layer or tensor at a glance.
+
+Torch-free and built in one pass over the names (counts are summed bottom-up afterwards): the
+header-only inspector builds it for checkpoints of any size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
+
+_NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
 
 
 def fmt_bytes(n: int) -> str:
     """``1536`` -> ``'1.5 KiB'``: binary units, three significant figures."""
+    if n < 1024:
+        return f"{n} B"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.3g} {unit}"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024
-    raise AssertionError("unreachable")
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.3g} {unit}"
 
 
-@dataclass
 class LayoutNode:
     """One dotted prefix: every tensor at or below it is counted here."""
 
-    name: str  # this component ("q_proj"), or a folded label ("{0-27}"); "" for the root
-    path: str  # the full dotted prefix; "" for the root
-    tensors: int = 0
-    nbytes: int = 0
-    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> tensors below
-    children: dict[str, LayoutNode] = field(default_factory=dict)
-    is_tensor: bool = False  # a tensor's name ends exactly here
-    instances: int = 1  # how many numbered siblings a folded node stands for
+    __slots__ = (
+        "_indices",
+        "children",
+        "dtypes",
+        "instances",
+        "is_tensor",
+        "name",
+        "nbytes",
+        "own",
+        "path",
+        "tensors",
+    )
 
-    def add(self, nbytes: int, dtype: str) -> None:
-        self.tensors += 1
-        self.nbytes += nbytes
-        self.dtypes[dtype] = self.dtypes.get(dtype, 0) + 1
+    def __init__(self, name: str, path: str = "") -> None:
+        self.name = name  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
+        self.path = path  # the full dotted prefix; "" for the root
+        self.tensors = 0  # tensors at or below
+        self.nbytes = 0
+        self.dtypes: dict[str, int] = {}  # dtype -> tensors at or below
+        self.children: dict[str, LayoutNode] = {}
+        self.is_tensor = False  # a tensor's name ends exactly here
+        self.instances = 1  # how many numbered siblings a folded node stands for
+        self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
+        self._indices: set[int] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"LayoutNode({self.path or '(root)'!r}, tensors={self.tensors}, "
+            f"nbytes={self.nbytes}, children={len(self.children)})"
+        )
 
     def walk(self) -> Iterator[LayoutNode]:
-        """This node and every node below it, depth first, in insertion order."""
+        """This node and every node below it, depth first, in the order names first appear."""
         yield self
         for child in self.children.values():
             yield from child.walk()
 
     def find(self, path: str) -> LayoutNode | None:
+        """The node at ``path`` (folded labels included, e.g. ``"layers.{0-27}"``)."""
         node = self
         for part in path.split(".") if path else ():
-            node = node.children.get(part)
-            if node is None:
+            found = node.children.get(part)
+            if found is None:
                 return None
+            node = found
         return node
 
+    def leaves(self) -> Iterator[tuple[str, int, str]]:
+        """``(name, nbytes, dtype)`` of each tensor, in tree order (an unfolded tree's only)."""
+        for node in self.walk():
+            if node.own is not None:
+                count, nbytes, dtype = node.own
+                if count != 1:
+                    raise ValueError(f"{node.path!r} stands for {count} tensors: a folded tree")
+                yield node.path, nbytes, dtype
+
     def folded(self) -> LayoutNode:
-        """A copy in which numbered siblings are merged into one ``{a-b}`` node per run."""
-        out = LayoutNode(
-            self.name, self.path, self.tensors, self.nbytes, dict(self.dtypes), {},
-            self.is_tensor, self.instances,
-        )  # fmt: skip
-        numbered = [c for k, c in self.children.items() if k.isdigit()]
-        for key, child in self.children.items():
-            if not key.isdigit():
-                out.children[key] = child.folded()
-        if numbered:
-            indices = sorted(int(c.name) for c in numbered)
-            label = "{" + _ranges(indices) + "}"
-            merged = _merge(label, f"{self.path}.{label}" if self.path else label, numbered)
-            out.children[label] = merged.folded()
-        return out
+        """The same tensors with numbered siblings merged (see the module docstring)."""
+        return build_layout(self.leaves(), fold=True)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -90,11 +111,10 @@ class LayoutNode:
 
     def render(self, *, max_children: int = 40, max_depth: int | None = None) -> str:
         """An indented text tree. Single-child chains are joined (``embed_tokens.weight``)."""
-        lines: list[str] = []
-        rows: list[tuple[int, str, LayoutNode]] = []
-        for child in self.children.values():
-            _rows(child, 0, "", rows, max_children, max_depth)
+        rows: list[tuple[int, str, LayoutNode | None]] = []
+        _child_rows(self, 0, rows, max_children, max_depth)
         width = max((2 * d + len(label) for d, label, _ in rows), default=0)
+        lines = []
         for depth, label, node in rows:
             if node is None:  # an elision row
                 lines.append("  " * depth + label)
@@ -102,8 +122,9 @@ class LayoutNode:
             text = ("  " * depth + label).ljust(width)
             times = f" x{node.instances}" if node.instances > 1 else ""
             dt = ", ".join(f"{k} {v}" for k, v in sorted(node.dtypes.items()))
+            unit = "tensor " if node.tensors == 1 else "tensors"
             lines.append(
-                f"{text}  {node.tensors:>6} tensors{times:<5} {fmt_bytes(node.nbytes):>10}  {dt}"
+                f"{text}  {node.tensors:>6} {unit}{times:<5} {fmt_bytes(node.nbytes):>10}  {dt}"
             )
         return "\n".join(lines)
 
@@ -112,30 +133,41 @@ def _rows(
     node: LayoutNode,
     depth: int,
     head: str,
-    rows: list[Any],
+    rows: list[tuple[int, str, LayoutNode | None]],
     max_children: int,
     max_depth: int | None,
 ) -> None:
     label = f"{head}.{node.name}" if head else node.name
-    # Join a chain of single children: "embed_tokens.weight" reads better as one row.
-    if len(node.children) == 1 and not node.is_tensor:
-        _rows(next(iter(node.children.values())), depth, label, rows, max_children, max_depth)
+    # A chain of single children reads better as one row: "embed_tokens.weight".
+    if len(node.children) == 1 and not node.is_tensor and node.instances == 1:
+        child = next(iter(node.children.values()))
+        _rows(child, depth, label, rows, max_children, max_depth)
         return
     rows.append((depth, label, node))
-    if max_depth is not None and depth + 1 >= max_depth:
-        return
+    if max_depth is None or depth + 1 < max_depth:
+        _child_rows(node, depth + 1, rows, max_children, max_depth)
+
+
+def _child_rows(
+    node: LayoutNode,
+    depth: int,
+    rows: list[tuple[int, str, LayoutNode | None]],
+    max_children: int,
+    max_depth: int | None,
+) -> None:
     children = list(node.children.values())
     for child in children[:max_children]:
-        _rows(child, depth + 1, "", rows, max_children, max_depth)
+        _rows(child, depth, "", rows, max_children, max_depth)
     if len(children) > max_children:
-        rows.append((depth + 1, f"... {len(children) - max_children} more", None))
+        rows.append((depth, f"... {len(children) - max_children} more", None))
 
 
-def _ranges(indices: list[int]) -> str:
+def _ranges(indices: Iterable[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``'0-2,5,7-8'``."""
     parts: list[str] = []
-    start = prev = indices[0]
-    for i in [*indices[1:], None]:
+    ordered = sorted(indices)
+    start = prev = ordered[0]
+    for i in [*ordered[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue
@@ -145,41 +177,54 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(parts)
 
 
-def _merge(name: str, path: str, nodes: list[LayoutNode]) -> LayoutNode:
-    """One node standing for ``nodes``: counts summed, children merged by name, recursively."""
-    out = LayoutNode(name, path, instances=sum(n.instances for n in nodes))
-    groups: dict[str, list[LayoutNode]] = {}
-    for n in nodes:
-        out.tensors += n.tensors
-        out.nbytes += n.nbytes
-        out.is_tensor |= n.is_tensor
-        for k, v in n.dtypes.items():
-            out.dtypes[k] = out.dtypes.get(k, 0) + v
-        for key, child in n.children.items():
-            groups.setdefault(key, []).append(child)
-    for key, group in groups.items():
-        merged = _merge(key, f"{path}.{key}", group)
-        merged.instances = 1  # only the folded label itself says how many it stands for
-        out.children[key] = merged
-    return out
+def build_layout(items: Iterable[tuple[str, int, str]], *, fold: bool = False) -> LayoutNode:
+    """The tree of ``(name, nbytes, dtype)`` triples, children in the order names first appear.
 
-
-def build_layout(items: Iterable[tuple[str, int, str]]) -> LayoutNode:
-    """The tree of ``(name, nbytes, dtype)`` triples, in the order names first appear."""
-    root = LayoutNode("", "")
+    ``fold=True`` merges numbered siblings as it builds (see the module docstring).
+    """
+    root = LayoutNode("")
+    own: list[tuple[LayoutNode, int, str]] = []
     for name, nbytes, dtype in items:
-        root.add(nbytes, dtype)
         node = root
-        path = ""
         for part in name.split("."):
-            path = f"{path}.{part}" if path else part
-            child = node.children.get(part)
+            key = _NUMBERED if fold and part.isdigit() and part.isascii() else part
+            child = node.children.get(key)
             if child is None:
-                child = node.children[part] = LayoutNode(part, path)
-            child.add(nbytes, dtype)
+                child = node.children[key] = LayoutNode(key)
+                if key == _NUMBERED:
+                    child._indices = set()
+            if key == _NUMBERED:
+                child._indices.add(int(part))  # type: ignore[union-attr]
             node = child
         node.is_tensor = True
+        own.append((node, nbytes, dtype))
+    for node, nbytes, dtype in own:  # each tensor counts at its own node ...
+        node.tensors += 1
+        node.nbytes += nbytes
+        node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
+        count, total, _ = node.own or (0, 0, dtype)
+        node.own = (count + 1, total + nbytes, dtype)
+    _finish(root, "")  # ... and is summed into every node above it here
     return root
+
+
+def _finish(node: LayoutNode, path: str) -> None:
+    node.path = path
+    if not node.children:
+        return
+    children = {}
+    for child in node.children.values():
+        if child._indices is not None:
+            child.name = "{" + _ranges(child._indices) + "}"
+            child.instances = len(child._indices)
+            child._indices = None
+        _finish(child, f"{path}.{child.name}" if path else child.name)
+        children[child.name] = child
+        node.tensors += child.tensors
+        node.nbytes += child.nbytes
+        for dtype, n in child.dtypes.items():
+            node.dtypes[dtype] = node.dtypes.get(dtype, 0) + n
+    node.children = children
 
 
 def treemap_columns(root: LayoutNode) -> dict[str, list[Any]]:

@@ -149,7 +149,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
 def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = None) -> str:
     lines = _checkpoint(r)
     lines += ["", "layout  (numbered siblings folded into {a-b})"]
-    tree = r.layout.folded().render(max_depth=max_depth)
+    tree = r.folded_layout.render(max_depth=max_depth)
     lines += ["  " + row for row in tree.splitlines()]
     if r.mapper is not None:
         lines += ["", *_mapper(r, limit)]

@@ -101,6 +101,14 @@ def test_tables():
     head = next(r for r in table.splitlines() if r.startswith("lm_head.weight"))
     assert "AutoWeightsLoader, walked" in head
     assert "... 25 more" in story.delegation_table("old", limit=5)
+    assert "final norm: 'model.norm.weight' in name -> matches nothing" in (
+        story.delegation_picture("moved-verbatim")
+    )
+    loose = story.delegation_picture("loose-match").splitlines()[-1]
+    assert (
+        loose.split(" -> ")[1].count("'") == 12 and "'layers.layers.1.mixer.q_norm.weight'" in loose
+    )
+    assert "'model.' stripped" in story.delegation_picture("new", tied=True)
     tests = story.final_norm_test_table().splitlines()
     final = next(r for r in tests if r.startswith("model.norm.weight")).split()
     assert final[1:] == ["model.norm.weight", "norm.weight", "+1.0", "+1.0", "no", "+1.0"]

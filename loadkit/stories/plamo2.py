@@ -263,6 +263,62 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
     return "\n".join(lines)
 
 
+def delegation_picture(behaviour: str = "new", *, tied: bool = False, examples: int = 2) -> str:
+    """The load as a tree: which level got which names, spelled as that level saw them.
+
+    Drawn from a real load: the root ledger (what the walk did with each first name component)
+    and the names ``Plamo2Model.load_weights`` actually received.
+    """
+    kind = _kind(tied)
+    config, weights = config_of(kind), read_weights(kind)
+    model = load(behaviour, config, weights)
+    ledger = ledger_of(model)
+    assert ledger is not None
+
+    def eg(names: list[str]) -> str:
+        shown = ", ".join(f"'{n}'" for n in names[:examples])
+        return shown + (", ..." if len(names) > examples else "")
+
+    names = [e.name for e in ledger.entries]
+    if behaviour == "old":
+        steps = model.load_trace
+        return "\n".join(
+            [
+                f"Plamo2ForCausalLM.load_weights (its own loop) gets {len(names)} names: "
+                f"{eg(names)}",
+                "    renames, reorders in_proj, adds norm offsets, finds each parameter by its "
+                "full name in dict(self.named_parameters())",
+                f"    final norm: {FINAL_NORM_TESTS['old'][0]} -> "
+                + ", ".join(f"'{s.renamed}'" for s in steps if s.final_norm_test),
+            ]
+        )
+    skip = "['lm_head.']" if config.tie_word_embeddings else "None"
+    lines = [
+        f"Plamo2ForCausalLM.load_weights -> AutoWeightsLoader(self, skip_prefixes={skip}) "
+        f"gets {len(names)} names: {eg(names)}",
+    ]
+    skipped = [e.name for e in ledger.entries if e.status == "skipped"]
+    if skipped:
+        lines.append(f"├── skipped before the walk: {eg(skipped)}")
+    walked = [e for e in ledger.entries if e.status == "loaded"]
+    if walked:
+        lines.append(
+            "├── 'lm_head' -> lm_head (Linear, no load_weights): walked down to its parameter: "
+            + ", ".join(f"'{e.name}' -> {e.target}" for e in walked)
+        )
+    inner = [s.received for s in model.model.load_trace]
+    final = [s.renamed for s in model.model.load_trace if s.final_norm_test]
+    lines += [
+        f"└── 'model' -> model (Plamo2Model has load_weights): gets its {len(inner)} names with "
+        f"'model.' stripped: {eg(inner)}",
+        "        its own loop: renames, reorders in_proj, adds norm offsets, finds each parameter "
+        "in dict(Plamo2Model.named_parameters())",
+        f"        final norm: {FINAL_NORM_TESTS[behaviour][0]} -> "
+        + (", ".join(f"'{n}'" for n in final) or "matches nothing"),
+    ]
+    return "\n".join(lines)
+
+
 def final_norm_test_table(*, tied: bool = False) -> str:
     """For every name with ``norm`` in it: the name each loader saw and its final-norm answer.
 
@@ -458,23 +514,30 @@ def in_proj_figure(config: Plamo2Config) -> Any:
 
     before, after = in_proj_labels(config)
     z = [[int(s.split()[0][1:]) for s in row] for row in (before, after)]
+    # Cell text: head over half and index ("h1<br>g2": head 1, gate row 2), compact enough for
+    # narrow cells; the hover repeats it in full.
+    short = [
+        [s.replace(" gate", "<br>g").replace(" x", "<br>x") for s in row] for row in (before, after)
+    ]
     fig = go.FigureWidget(
         go.Heatmap(
             z=z,
             x=list(range(len(before))),
             y=["checkpoint row", "loaded row"],
-            text=[before, after],
+            text=short,
+            customdata=[before, after],
             texttemplate="%{text}",
             colorscale="Viridis",
-            colorbar={"title": "head"},
-            hovertemplate="row %{x}: %{text}<extra>%{y}</extra>",
+            showscale=False,  # the cell text names the head
+            hovertemplate="row %{x}: %{customdata}<extra>%{y}</extra>",
         )
     )
     fig.update_layout(
         title="in_proj.weight rows: per head [gate, x] -> all gates, then all x",
         xaxis_title="row index",
+        yaxis_autorange="reversed",  # checkpoint on top, loaded below
         template="plotly_white",
-        height=260,
+        height=300,
     )
     return fig
 

@@ -24,6 +24,8 @@ _EXPORTS = {
     "get_numel_loaded": "loadkit.counting",
     "open_checkpoint": "loadkit.checkpoint",
     "Checkpoint": "loadkit.checkpoint",
+    "Plamo2Config": "loadkit.models.plamo2",
+    "Plamo2ForCausalLM": "loadkit.models.plamo2",
 }
 
 __all__ = sorted(_EXPORTS)

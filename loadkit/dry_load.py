@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,10 +81,11 @@ def cast_is_incompatible(src: torch.dtype, dst: torch.dtype) -> bool:
     return src.is_complex and not dst.is_complex
 
 
-def meta_copy(model: nn.Module) -> nn.Module:
-    """``model`` itself when it is all on ``meta``, else a copy moved there (the original stays)."""
-    tensors = [*model.parameters(), *model.buffers()]
-    if all(t.is_meta for t in tensors):
+def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
+    """``model`` itself when it is all on ``meta`` (a copy if ``always``), else a copy moved
+    there: the caller's model is never changed, and a copy on meta costs no memory."""
+    on_meta = all(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    if on_meta and not always:
         return model
     return copy.deepcopy(model).to("meta")
 
@@ -271,13 +273,42 @@ def _fates(
     return fates
 
 
+@contextmanager
+def _root_mapper(root: nn.Module, replace: WeightsMapper | None, used: list[Any]) -> Iterator[None]:
+    """Record the mapper the root's ``AutoWeightsLoader`` loads with; optionally replace it.
+
+    A model's own ``load_weights`` may build its mapper from more than ``hf_to_vllm_mapper``
+    (packing rules, say): the report traces names through the mapper really used, and a given
+    mapper replaces exactly that one.
+    """
+    original = AutoWeightsLoader.load_weights
+
+    def load_weights(self: AutoWeightsLoader, weights: Any, *, mapper: Any = None) -> set[str]:
+        if self.module is root:
+            if replace is not None:
+                mapper = replace
+            used.append(mapper)
+        return original(self, weights, mapper=mapper)
+
+    AutoWeightsLoader.load_weights = load_weights  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AutoWeightsLoader.load_weights = original  # type: ignore[method-assign]
+
+
 def dry_load(
-    model: nn.Module, infos: Sequence[TensorInfo], *, mapper: WeightsMapper | None = None
-) -> LoadReport:
+    model: nn.Module,
+    infos: Sequence[TensorInfo],
+    *,
+    mapper: WeightsMapper | None = None,
+    replace_mapper: bool = False,
+) -> tuple[LoadReport, WeightsMapper | None]:
     """Simulate loading ``infos`` into ``model`` (on ``meta``) and account for both sides.
 
-    With its own ``load_weights`` the model loads itself (and applies its own mapper); without,
-    ``AutoWeightsLoader(model).load_weights(weights, mapper=mapper)`` does.
+    With its own ``load_weights`` the model loads itself (with its own mapper, or ``mapper`` in
+    its place when ``replace_mapper``); without, ``AutoWeightsLoader(model).load_weights(weights,
+    mapper=mapper)`` does. Returns the report and the mapper the root walk used.
     """
     model = meta_copy(model)
     root_name = type(model).__name__
@@ -289,6 +320,7 @@ def dry_load(
     unexpected: list[Unexpected] = []
     runs = 0
     complete = True
+    used: list[WeightsMapper | None] = []
     try:
         while True:
             runs += 1
@@ -296,7 +328,7 @@ def dry_load(
             before = _ledgers(model)
             try:
                 stream = _stream(infos, excluded, run)
-                with watcher:
+                with watcher, _root_mapper(model, mapper if replace_mapper else None, used):
                     if callable(own):
                         own(stream)
                     else:
@@ -311,7 +343,8 @@ def dry_load(
                     ) from exc
                 after = _ledgers(model)
                 root = after.get("") if after.get("") is not before.get("") else None
-                _exclude(exc, culprit, infos, excluded, unexpected, root, mapper)
+                used_now = used[-1] if used else mapper
+                _exclude(exc, culprit, infos, excluded, unexpected, root, used_now)
                 if runs >= MAX_RUNS:
                     complete = False
                     break
@@ -320,7 +353,11 @@ def dry_load(
         fates = _fates(new, run.pulled)
     finally:
         _restore(restore)
-    return _assemble(model, infos, run, new, fates, excluded, unexpected, mapper, runs, complete)
+    root_mapper = used[-1] if used else None
+    report = _assemble(
+        model, infos, run, new, fates, excluded, unexpected, root_mapper, runs, complete
+    )
+    return report, root_mapper
 
 
 def _exclude(

@@ -96,6 +96,7 @@ class MapperReport:
     traces: list[dict[str, Any]]  # keys where a rule fired: name, mapped, shard_id, steps
     dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
     unchanged: int
+    note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +114,7 @@ class MapperReport:
             "keys": self.traces,
             "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
             "unchanged": self.unchanged,
+            "note": self.note,
         }
 
 
@@ -302,9 +304,10 @@ def inspect_checkpoint(
 
     ``model``: a built-in name (``loadkit.models.registry.BUILTIN``), a
     ``"package.module:callable"`` spec, a callable (called with no argument, or with the
-    checkpoint's ``tensors`` mapping), or a module (used as is when on the meta device, else
-    copied there). ``mapper`` replaces the
-    model's ``hf_to_vllm_mapper``. Bad input raises a ``loadkit.errors.LoadkitError``.
+    checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the caller's is
+    left alone). ``mapper`` replaces the mapper the model loads with (the one its root
+    ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
+    reads). Bad input raises a ``loadkit.errors.LoadkitError``.
     """
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
@@ -324,22 +327,37 @@ def inspect_checkpoint(
     from loadkit.dry_load import dry_load, model_summary
 
     if user_mapper is not None:
-        # The model's own load_weights reads self.hf_to_vllm_mapper: an instance attribute
-        # replaces the class's for this model only.
+        # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
+        # for this (meta) model only. The dry load replaces the mapper its loader uses.
         module.hf_to_vllm_mapper = user_mapper
-        source = mapper_label
-    effective = getattr(module, "hf_to_vllm_mapper", None)
-    if user_mapper is None:
-        source = f"{type(module).__name__}.hf_to_vllm_mapper"
-    if isinstance(effective, WeightsMapper):
-        report.mapper = mapper_report(effective, [t.name for t in infos], source)
-    else:
-        effective = None
+    own_mapper = getattr(module, "hf_to_vllm_mapper", None)
+    if not isinstance(own_mapper, WeightsMapper):
+        own_mapper = None
     report.model = model_summary(module, spec)
     params = {name for name, _ in module.named_parameters()}
     keys = [(t.name, t.nbytes) for t in infos]
     report.probe = {
-        b: probe_verdict(keys, params, mapper=effective, behaviour=b) for b in ("old", "new")
+        b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
     }
-    report.load = dry_load(module, infos, mapper=effective)
+    report.load, used = dry_load(
+        module, infos, mapper=own_mapper, replace_mapper=user_mapper is not None
+    )
+    names = [t.name for t in infos]
+    cls = type(module).__name__
+    if user_mapper is not None:
+        report.mapper = mapper_report(user_mapper, names, mapper_label)
+        if used is None:
+            report.mapper.note = (
+                f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
+                "these rules were traced, and given to the pooling probe, but not to the load"
+            )
+    elif used is not None:
+        source = (
+            f"{cls}.hf_to_vllm_mapper"
+            if used is own_mapper
+            else f"the mapper {cls}.load_weights loads with"
+        )
+        report.mapper = mapper_report(used, names, source)
+    elif own_mapper is not None:
+        report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper")
     return report

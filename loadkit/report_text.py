@@ -50,6 +50,8 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         f"mapper  ({m.source}): {renamed} keys renamed, {len(m.dropped)} dropped, "
         f"{m.unchanged} unchanged"
     ]
+    if m.note:
+        lines.append(f"  note: {m.note}")
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} keys")
@@ -64,7 +66,8 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
 
 def _verdict(v: ProbeVerdict) -> str:
     whole = " = the whole checkpoint" if v.walked == v.total_keys and v.total_keys else ""
-    cost = f"clones {v.walked} tensors ({fmt_bytes(v.cloned_bytes)}{whole})"
+    noun = "tensor" if v.walked == 1 else "tensors"
+    cost = f"clones {v.walked} {noun} ({fmt_bytes(v.cloned_bytes)}{whole})"
     if not v.hit:
         return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
     return f"prefix {v.prefix!r} found at key #{v.hit_index} '{v.hit_key}': {cost}"

@@ -446,3 +446,36 @@ def test_json_round_trip_has_every_section(tmp_path):
     assert load["counts"]["checkpoint"]["shape mismatch"] == 1
     assert load["problems"] == ["1 shape mismatch"]
     assert r.as_dict() == d
+
+
+class Packing(Stacked):
+    """Loads with more rules than its hf_to_vllm_mapper holds (as the Gemma4-like model does)."""
+
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_prefix={"hf.": ""})
+
+    def load_weights(self, weights):
+        mapper = self.hf_to_vllm_mapper | WeightsMapper.from_json(STACKED_MAPPER)
+        return AutoWeightsLoader(self).load_weights(weights, mapper=mapper)
+
+
+def test_the_mapper_traced_is_the_one_the_load_uses(tmp_path):
+    state = {f"hf.attn.{p}_proj.weight": zeros(2, 4) for p in "qkv"}
+    f = save(tmp_path / "m.safetensors", state)
+    r = inspect_checkpoint(f, model=Packing)
+    assert r.clean is True
+    assert r.mapper.source == "the mapper Packing.load_weights loads with"
+    assert [(u.stage, u.fired) for u in r.mapper.rules] == [("stacked", 1)] * 3 + [("prefix", 3)]
+    # The probe reads hf_to_vllm_mapper alone: attn.q_proj.weight is no parameter, no hit.
+    assert not r.probe["new"].hit and r.probe["new"].walked == 3
+    # A given mapper replaces what the load maps with: without the stacked rules nothing fits.
+    r = inspect_checkpoint(f, model=Packing, mapper={"orig_to_new_prefix": {"hf.": ""}})
+    assert r.mapper.source == "given mapper" and r.mapper.note is None
+    assert r.clean is False and len(r.load.unexpected) == 3
+
+
+def test_a_given_mapper_a_hand_written_loader_ignores_is_flagged(tmp_path):
+    f = save(tmp_path / "m.safetensors", {"w": zeros(3), "A_log": zeros(3)})
+    r = inspect_checkpoint(f, model=HandWritten, mapper={"orig_to_new_prefix": {"x.": ""}})
+    assert "does not load through an AutoWeightsLoader" in r.mapper.note
+    assert "note: HandWritten.load_weights" in r.render()
+    assert r.clean is True

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
-    "gemma4-like": "loadkit.models.gemma4:Gemma4Model",
+    "gemma4-like": "loadkit.models.gemma4:Gemma4ForConditionalGeneration",
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
 }
@@ -174,7 +174,7 @@ def build_model(
         if isinstance(spec, nn.Module):
             from loadkit.dry_load import meta_copy
 
-            return meta_copy(spec), type(spec).__name__
+            return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec):
             label = getattr(spec, "__qualname__", repr(spec))
             fn = spec

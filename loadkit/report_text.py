@@ -86,7 +86,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
 
     def section(title: str, rows: list[str], total: int) -> None:
         lines.append(f"  {title} ({total})" + ("" if total else ": none"))
-        lines.extend(_capped(rows, total, limit))
+        lines.extend(_capped(rows, len(rows), limit))
 
     section(
         "unexpected names",
@@ -133,19 +133,23 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
             [f"    {e.name}: {e.message}" for e in load.errors],
             len(load.errors),
         )
-    others = [
-        k
-        for k in load.keys
-        if k.status not in ("loaded", "unexpected", "shape mismatch", "load error")
-    ]
-    if others:
-        width = min(max(len(k.name) for k in others[:limit]), 60)
-        rows = [
-            f"    {k.name.ljust(width)}  {k.status:<17}  "
-            + (k.rule or (f"-> {k.target}" if k.target else "") or k.message or "")
-            for k in others
-        ]
-        section("other keys, not loaded", rows, len(others))
+    # Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
+    # status and rule, with a count and the first keys.
+    groups: dict[tuple[str, str], list[str]] = {}
+    for k in load.keys:
+        if k.status in ("loaded", "unexpected", "shape mismatch", "load error"):
+            continue
+        reason = k.rule or (f"-> {k.target}" if k.target else "") or k.message or ""
+        groups.setdefault((k.status, reason), []).append(k.name)
+    if groups:
+        total = sum(len(v) for v in groups.values())
+        rows = []
+        for (status, reason), names in groups.items():
+            shown = ", ".join(names[:2]) + (
+                f", ... ({len(names)} in all)" if len(names) > 2 else ""
+            )
+            rows.append(f"    {len(names):>5} {status}: {reason}\n            {shown}")
+        section("other keys, not loaded", rows, total)
     return lines
 
 

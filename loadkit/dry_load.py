@@ -61,7 +61,7 @@ from loadkit.weight_loaders import default_weight_loader
 
 MAX_RUNS = 256  # passes; each failing name (or unknown module) costs one
 MAX_SUGGESTED = 100  # nearest-name searches per list (each is a scan of every name)
-PAIR_CUTOFF = 0.75  # a missing tensor and an unexpected key this alike are likely one renamed name
+PAIR_CUTOFF = 0.6  # a missing tensor and an unused key this alike (and as large) may be one name
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -407,8 +407,40 @@ def _exclude(
         unexpected.append(Unexpected(key, key_mapped or unknown, note))
 
 
-def _close(name: str, candidates: Any) -> list[str]:
-    return difflib.get_close_matches(name, list(candidates), n=3, cutoff=PAIR_CUTOFF)
+def _pair_renames(
+    missing: Sequence[str],
+    tensors: dict[str, torch.Tensor],
+    keys: Sequence[KeyOutcome],
+    infos: Sequence[TensorInfo],
+) -> dict[str, str]:
+    """Missing tensor -> the unused checkpoint key that most likely is it, renamed.
+
+    A renamed key has the element count of the tensor it should fill and a name close to its
+    name; each key explains at most one tensor (best pairs first), so two missing tensors are
+    not both pinned on one key.
+    """
+    numel = {t.name: t.numel for t in infos}
+    unused = [(k.mapped or k.name, k.name) for k in keys if k.status in (UNEXPECTED, LOAD_ERROR)]
+    scored = []
+    for param in missing[:MAX_SUGGESTED]:
+        want = tensors[param].numel()
+        matcher = difflib.SequenceMatcher(None, b=param)
+        for looked, key in unused[:MAX_SUGGESTED]:
+            if numel[key] != want:
+                continue
+            matcher.set_seq1(looked)
+            if matcher.real_quick_ratio() < PAIR_CUTOFF or matcher.quick_ratio() < PAIR_CUTOFF:
+                continue
+            score = matcher.ratio()
+            if score >= PAIR_CUTOFF:
+                scored.append((-score, param, key))
+    pairs: dict[str, str] = {}
+    taken: set[str] = set()
+    for _, param, key in sorted(scored):
+        if param not in pairs and key not in taken:
+            pairs[param] = key
+            taken.add(key)
+    return pairs
 
 
 def _assemble(
@@ -521,15 +553,21 @@ def _assemble(
         filled.update(_join(path, p.name) for p in ledger.params.values() if p.status == LOADED)
     missing_names = [n for n in entries if n not in filled and n not in failed]
 
-    unused = {k.mapped or k.name: k.name for k in keys if k.status in (UNEXPECTED, LOAD_ERROR)}
-    missing = []
-    for i, n in enumerate(missing_names):
-        t = by_name[n]
-        near = _close(n, unused) if i < MAX_SUGGESTED and unused else []
-        missing.append(Missing(n, tuple(t.shape), dtype_name(t.dtype), [unused[m] for m in near]))
+    pairs = _pair_renames(missing_names, by_name, keys, infos)
+    missing = [
+        Missing(
+            n,
+            tuple(by_name[n].shape),
+            dtype_name(by_name[n].dtype),
+            [pairs[n]] if n in pairs else [],
+        )
+        for n in missing_names
+    ]
+    paired_param = {key: param for param, key in pairs.items()}
     for u in unexpected[:MAX_SUGGESTED]:
-        near = _close(u.looked_up, missing_names)
-        u.suggestions = near or nearest_names(u.looked_up, entries, n=3)
+        first = [paired_param[u.name]] if u.name in paired_param else []
+        near = nearest_names(u.looked_up, entries, n=3)
+        u.suggestions = list(dict.fromkeys(first + near))[:3]
     return LoadReport(
         keys, missing, unexpected, mismatches, casts, errors,
         len(entries), sum(n in filled and n not in failed for n in entries),

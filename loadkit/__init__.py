@@ -24,6 +24,8 @@ _EXPORTS = {
     "get_numel_loaded": "loadkit.counting",
     "open_checkpoint": "loadkit.checkpoint",
     "Checkpoint": "loadkit.checkpoint",
+    "as_pooling_model": "loadkit.pooling",
+    "ProbeRecord": "loadkit.pooling",
 }
 
 __all__ = sorted(_EXPORTS)

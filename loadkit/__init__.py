@@ -26,6 +26,8 @@ _EXPORTS = {
     "Checkpoint": "loadkit.checkpoint",
     "Plamo2Config": "loadkit.models.plamo2",
     "Plamo2ForCausalLM": "loadkit.models.plamo2",
+    "as_pooling_model": "loadkit.pooling",
+    "ProbeRecord": "loadkit.pooling",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,9 +20,9 @@ from loadkit.models.registry import BUILTIN
 DATA = Path(__file__).resolve().parents[2] / "data"
 HEADER_ONLY = "(header only)"
 # Preferred first: the pooling-probe checkpoint shows the old/new verdicts side by side.
-PREFERRED = ("gemma4", "plamo2/untied.safetensors", "nemotron_h")
+PREFERRED = ("gemma4_like", "plamo2/untied.safetensors", "nemotron_h")
 # Which built-in model reads which data/ folder.
-MODEL_FOR_FOLDER = {"gemma4": "gemma4-like", "plamo2": "plamo2", "nemotron_h": "nemotron-h"}
+MODEL_FOR_FOLDER = {"gemma4_like": "gemma4-like", "plamo2": "plamo2", "nemotron_h": "nemotron-h"}
 
 
 def shown_path(path: str | os.PathLike[str]) -> str:
@@ -121,17 +121,22 @@ def _title(report: InspectReport) -> str:
 
 
 def treemap_data(fig: Any, top: int = 8) -> str:
-    """The treemap as plain text (title and its largest top-level boxes): what nbval compares."""
+    """The treemap as plain text: its title, and the largest boxes of the first level with more
+    than one box (single-child chains such as ``model.language_model`` are followed down)."""
     (trace,) = fig.data
-    root = trace.ids[0]
-    boxes = [
-        (v, label)
-        for label, parent, v in zip(trace.labels, trace.parents, trace.values, strict=True)
-        if parent == root
-    ]
-    boxes.sort(key=lambda b: (-b[0], b[1]))
+    children: dict[str, list[tuple[int, str, str]]] = {}
+    for node_id, label, parent, v in zip(
+        trace.ids, trace.labels, trace.parents, trace.values, strict=True
+    ):
+        children.setdefault(parent, []).append((v, label, node_id))
+    node, path = trace.ids[0], []
+    while len(children.get(node, [])) == 1:
+        _, label, node = children[node][0]
+        path.append(label)
+    boxes = sorted(children.get(node, []), key=lambda b: (-b[0], b[1]))
     lines = [f"title: {fig.layout.title.text}", f"nodes: {len(trace.ids)}"]
-    lines += [f"  {label}: {fmt_bytes(v)}" for v, label in boxes[:top]]
+    lines.append(f"largest boxes under {'.'.join(path) or 'the checkpoint'}:")
+    lines += [f"  {label}: {fmt_bytes(v)}" for v, label, _ in boxes[:top]]
     return "\n".join(lines)
 
 

@@ -488,6 +488,8 @@ def _assemble(
             c = bad[0]
             failed.update(x.param for x in bad)
             msg = str(c.error).split("\n", 1)[0]
+            if isinstance(c.error, ShapeMismatchError):  # name the parameter and the key
+                msg = str(c.error.with_name(c.param, f"checkpoint key '{name}'"))
             if isinstance(c.error, ShapeMismatchError) or c.param_shape != c.weight_shape:
                 keys.append(KeyOutcome(name, SHAPE_MISMATCH, mapped, c.param, message=msg))
                 mismatches.append(ShapeMismatch(name, c.param, c.param_shape, c.weight_shape, msg))

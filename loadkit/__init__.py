@@ -24,6 +24,10 @@ _EXPORTS = {
     "get_numel_loaded": "loadkit.counting",
     "open_checkpoint": "loadkit.checkpoint",
     "Checkpoint": "loadkit.checkpoint",
+    "record_metadata_for_reloading": "loadkit.reload",
+    "initialize_layerwise_reload": "loadkit.reload",
+    "finalize_layerwise_reload": "loadkit.reload",
+    "reload_log": "loadkit.reload",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -31,7 +31,7 @@ from torch import nn
 
 from loadkit.counting import Behaviour, get_numel_loaded
 from loadkit.errors import LoadkitError
-from loadkit.reload_layer import LayerReload, to_meta
+from loadkit.reload_layer import LayerReload, ScratchArena, to_meta
 from loadkit.weight_loaders import WeightLoader, loader_of
 
 __all__ = [
@@ -91,6 +91,7 @@ class _Session:
     behaviour: str
     layers: list[LayerReload] = field(default_factory=list)
     steps: list[ReloadStep] = field(default_factory=list)
+    arena: ScratchArena = field(default_factory=ScratchArena)
     open: bool = True
 
     def log(self, state: LayerReload, parameter: str, counted: int, **flags: object) -> None:
@@ -135,7 +136,7 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) 
             f"{label} now has parameters {sorted(params)} but {sorted(recorded)} were recorded"
         )
     for pname, p in params.items():
-        if p.numel() != recorded[pname].numel():
+        if p.shape != recorded[pname].shape:
             raise ReloadStateError(
                 f"{label} parameter '{pname}' has shape {list(p.shape)} but shape "
                 f"{list(recorded[pname].shape)} was recorded: it cannot be copied back"
@@ -210,7 +211,7 @@ def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoade
             reason=REACHED_TOTAL if done else "",
         )
         if done:
-            state.finalise()
+            state.finalise(session.arena)
         return result
 
     reload_weight_loader.__wrapped__ = loader  # type: ignore[attr-defined]
@@ -235,7 +236,7 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
                 if state.count > 0:
                     partly.append(state.name)
                     session.log(state, "", 0, finalised=True, dropped=False, reason=AT_FINALIZE)
-                    state.finalise()
+                    state.finalise(session.arena)
                 else:
                     untouched.append(state.name)
                     state.restore_untouched()
@@ -244,6 +245,7 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
             state.close()
             state.module.__dict__.pop(_STATE_ATTR, None)
         session.open = False
+        session.arena = ScratchArena()  # frees the scratch memory
     if partly:
         warnings.warn(
             f"{len(partly)} layer(s) left partly loaded, finalised with NaN where nothing was "

@@ -32,18 +32,69 @@ def to_meta(tensor: torch.Tensor) -> torch.Tensor:
     return meta
 
 
-def materialise(meta: torch.Tensor, device: torch.device) -> torch.Tensor:
+def materialise(
+    meta: torch.Tensor, device: torch.device, storage: torch.Tensor | None = None
+) -> torch.Tensor:
     """A real tensor shaped like ``meta``: NaN for floating dtypes (visible, deterministic), else 0.
 
     Upstream allocates with ``torch.empty``; whatever was in that memory would reach the model.
+    ``storage`` (bytes, e.g. from a ``ScratchArena``) is used instead of a fresh allocation.
     """
-    t = torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=device)
+    if storage is None:
+        t = torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=device)
+    else:
+        t = storage.view(meta.dtype).as_strided(meta.size(), meta.stride())
     t.fill_(float("nan") if (t.is_floating_point() or t.is_complex()) else 0)
     if isinstance(meta, nn.Parameter):
         t = nn.Parameter(t, requires_grad=False)
     t.__class__ = meta.__class__
     t.__dict__.update(meta.__dict__)
     return t
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    """Bytes of storage a tensor of ``t``'s size and stride reaches (offset 0)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((n - 1) * s for n, s in zip(t.size(), t.stride(), strict=True))
+    return (last + 1) * t.element_size()
+
+
+class ScratchArena:
+    """One reusable buffer that every layer is materialised into, one layer at a time.
+
+    A fresh allocation per layer costs page faults, and a layer that fits the CPU cache stays hot
+    between its NaN fill, the replay and the copy back: the reload then moves about the same DRAM
+    bytes as a plain copy. The fresh tensors live only during a layer's finalisation; a nested
+    finalisation (a loader that loads another layer while being replayed) gets fresh memory.
+    """
+
+    ALIGN = 64
+
+    def __init__(self) -> None:
+        self.buffers: dict[torch.device, torch.Tensor] = {}
+        self.busy = False
+
+    def take(self, metas: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+        """Byte regions, one per tensor, for ``materialise``; {} when the arena is busy."""
+        if self.busy:
+            return {}
+        offsets, total = {}, 0
+        for name, meta in metas.items():
+            offsets[name] = total
+            total += -(-_span_bytes(meta) // self.ALIGN) * self.ALIGN
+        buf = self.buffers.get(device)
+        if buf is None or buf.numel() < total:
+            buf = torch.empty(total, dtype=torch.uint8, device=device)
+            self.buffers[device] = buf
+        self.busy = True
+        return {
+            n: buf[o : o + max(_span_bytes(metas[n]), metas[n].element_size())]
+            for n, o in offsets.items()
+        }
+
+    def release(self) -> None:
+        self.busy = False
 
 
 @dataclass
@@ -84,25 +135,39 @@ class LayerReload:
             self.meta[pname] = stand_in
             self.module._parameters[pname] = stand_in
 
-    def finalise(self) -> None:
+    def finalise(self, arena: ScratchArena | None = None) -> None:
         """Materialise (NaN), replay the buffered loads, copy back into the live storage."""
-        fresh = {
-            pname: materialise(self.recorded[pname], self.live[pname].device)
-            for pname in self.recorded
-        }
+        device = next(iter(self.live.values())).device
+        same = all(p.device == device for p in self.live.values())
+        regions = arena.take(self.recorded, device) if arena is not None and same else {}
         try:
+            fresh = self.materialise(regions)
             with torch.no_grad():
                 # Loaders may look their layer up, so the fresh tensors sit in it while replaying.
                 self.module._parameters.update(fresh)
-                for pname, bound in self.loads:
-                    bound.arguments["param"] = fresh[pname]
-                    self.loaders[pname](*bound.args, **bound.kwargs)
-                for pname, live in self.live.items():
-                    live.data.copy_(fresh[pname])  # loaded or not: a dropped one copies its NaN
+                self.replay(fresh)
+                self.copy_back(fresh)
         finally:
             self.module._parameters.update(self.live)
             self.loads.clear()  # frees the buffered checkpoint tensors
             self.finalised = True
+            if regions:
+                arena.release()  # type: ignore[union-attr]
+
+    def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {
+            pname: materialise(self.recorded[pname], self.live[pname].device, regions.get(pname))
+            for pname in self.recorded
+        }
+
+    def replay(self, fresh: dict[str, torch.Tensor]) -> None:
+        for pname, bound in self.loads:
+            bound.arguments["param"] = fresh[pname]
+            self.loaders[pname](*bound.args, **bound.kwargs)
+
+    def copy_back(self, fresh: dict[str, torch.Tensor]) -> None:
+        for pname, live in self.live.items():
+            live.data.copy_(fresh[pname])  # loaded or not: a dropped one copies its NaN
 
     def restore_untouched(self) -> None:
         """Nothing was loaded: put the live parameters back as they were."""

@@ -45,6 +45,16 @@ def test_constructible_on_meta():
     assert m.lm_head.weight.shape == (100_000, 4096)
 
 
+def test_to_empty_keeps_the_custom_loaders():
+    with torch.device("meta"):
+        m = NemotronHForCausalLM()
+    m.to_empty(device="cpu")  # makes new Parameter objects
+    assert m.model.layers[0].mixer.A.weight_loader.__qualname__.startswith("composed")
+    assert m.model.layers[2].mixer.qkv_proj.weight.weight_loader.__name__ == "qkv_weight_loader"
+    m.load_weights(make_checkpoint().items())
+    assert torch.isfinite(m(torch.arange(4))).all()
+
+
 def test_load_fills_every_parameter_and_a_is_minus_exp_a_log():
     ck = make_checkpoint(seed=3)
     m = NemotronHForCausalLM()

@@ -116,11 +116,20 @@ class MambaMixer2(nn.Module):
         self.A = nn.Parameter(torch.empty(heads, dtype=torch.float32), requires_grad=False)
         self.D = nn.Parameter(torch.ones(heads, dtype=dt), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.ones(heads, dtype=dt), requires_grad=False)
+        self.norm = RMSNorm(inner, c.layer_norm_epsilon, dt)  # gated: see forward
+        self.out_proj = _linear(inner, c.hidden_size, dt)
+        self._attach_loaders()
+
+    def _attach_loaders(self) -> None:
         self.A.weight_loader = composed_weight_loader(
             default_weight_loader, lambda a: -torch.exp(a.float())
         )
-        self.norm = RMSNorm(inner, c.layer_norm_epsilon, dt)  # gated: see forward
-        self.out_proj = _linear(inner, c.hidden_size, dt)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        # Moving off meta (to_empty) makes new Parameter objects without our attributes.
+        out = super()._apply(fn, recurse)
+        self._attach_loaders()
+        return out
 
     def scan(self, x: torch.Tensor, dt: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
         """The Mamba2 recurrence h_t = exp(dt_t A) h_(t-1) + dt_t x_t B_t, y_t = C_t h_t."""
@@ -170,8 +179,16 @@ class NemotronHAttention(nn.Module):
         q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         self.shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
         self.qkv_proj = _linear(c.hidden_size, q + 2 * kv, c.torch_dtype)
-        self.qkv_proj.weight.weight_loader = self.qkv_weight_loader
         self.o_proj = _linear(q, c.hidden_size, c.torch_dtype)
+        self._attach_loaders()
+
+    def _attach_loaders(self) -> None:
+        self.qkv_proj.weight.weight_loader = self.qkv_weight_loader
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        out = super()._apply(fn, recurse)
+        self._attach_loaders()
+        return out
 
     def qkv_weight_loader(
         self, param: torch.Tensor, loaded_weight: torch.Tensor, shard_id: str | None = None

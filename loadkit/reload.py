@@ -185,7 +185,6 @@ def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoade
 
     def reload_weight_loader(param, *args, **kwargs):
         if state.finalised:
-            state.dropped.append(pname)
             session.log(state, pname, 0, finalised=False, dropped=True, reason=EXCESSIVE)
             warnings.warn(
                 f"layer {state.label}: excessive loading of '{pname}': the layer was finalised "
@@ -266,9 +265,3 @@ def reload_log(model: nn.Module) -> list[ReloadStep]:
     """Every step of the current (or last) reload of ``model``, in order; [] if none ran."""
     session = getattr(model, _SESSION_ATTR, None)
     return list(session.steps) if session is not None else []
-
-
-def reload_behaviour(model: nn.Module) -> str | None:
-    """The behaviour of the current (or last) reload of ``model``."""
-    session = getattr(model, _SESSION_ATTR, None)
-    return session.behaviour if session is not None else None

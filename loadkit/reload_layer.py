@@ -113,7 +113,6 @@ class LayerReload:
     count: int = 0
     loads: list[tuple[str, inspect.BoundArguments]] = field(default_factory=list)
     finalised: bool = False
-    dropped: list[str] = field(default_factory=list)  # excessive loads, by parameter name
 
     @property
     def label(self) -> str:

@@ -285,3 +285,46 @@ def test_outcome_matches_a_count_simulation(sizes, order, behaviour):
     for n in set(size) - set(nan):
         want = -torch.exp(weights[n]) if n == "A" else weights[n]
         assert torch.equal(getattr(mixer, n), want)
+
+
+def test_layers_are_materialised_one_after_another_in_one_scratch_buffer():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 3, bias=False), torch.nn.Linear(3, 3, bias=False)
+    )
+    seen = []
+
+    def loader(param, loaded_weight):
+        if not param.is_meta:  # the replay, on the materialised tensor
+            seen.append((param.data_ptr(), bool(torch.isnan(param).all())))
+        param.data.copy_(loaded_weight)
+
+    for lin in model:
+        lin.weight.weight_loader = loader
+    live = [lin.weight.data_ptr() for lin in model]
+    record_metadata_for_reloading(model)
+    initialize_layerwise_reload(model)
+    for i, lin in enumerate(model):
+        lin.weight.weight_loader(lin.weight, torch.full((3, 3), float(i)))
+    finalize_layerwise_reload(model)
+    assert seen[0][0] == seen[1][0] and seen[0][0] not in live  # reused, and not the live storage
+    assert seen[0][1] and seen[1][1]  # NaN before each replay, though the buffer was reused
+    assert [float(lin.weight.detach()[0, 0]) for lin in model] == [0.0, 1.0]
+
+
+def test_a_finalisation_nested_in_a_replay_gets_its_own_memory():
+    first, second = torch.nn.Linear(2, 2, bias=False), torch.nn.Linear(2, 2, bias=False)
+    model = torch.nn.Sequential(first, second)
+
+    def first_loader(param, loaded_weight):
+        param.data.copy_(loaded_weight)
+        if not param.is_meta:  # only while replaying: load the other layer from inside
+            second.weight.weight_loader(second.weight, torch.full((2, 2), 5.0))
+
+    first.weight.weight_loader = first_loader
+    record_metadata_for_reloading(model)
+    initialize_layerwise_reload(model)
+    first.weight.weight_loader(first.weight, torch.full((2, 2), 3.0))
+    finalize_layerwise_reload(model)
+    assert torch.equal(first.weight, torch.full((2, 2), 3.0))
+    assert torch.equal(second.weight, torch.full((2, 2), 5.0))
+    assert [(s.layer, s.finalised) for s in reload_log(model)] == [("0", True), ("1", True)]

@@ -79,11 +79,14 @@ def test_explorer_widgets_drive_both_figures_and_return_to_main_records():
     assert [list(t.y) for t in ex.counter.data] == [s.y for s in main["old"].series.values()]
     ex.toggle.value = "new"
     assert "dropped (excessive): x=[] y=[]" in figure_data(ex.counter)
-    assert "[new, d-last]" in ex.grid.layout.title.text and "finite logits" in ex.forward.value
+    assert "[new, d-last]" in ex.grid.layout.title.text
+    assert "finite logits" in ex.logits.layout.title.text
+    assert list(ex.logits.data[1].y) == [0] * 8  # no NaN at any position
     ex.order.value = "shuffled"
     ex.toggle.value = "old"
     assert "[old, shuffled]" in ex.grid.layout.title.text
-    assert "NaN logits" in ex.forward.value
+    assert "NaN logits" in ex.logits.layout.title.text
+    assert list(ex.logits.data[1].y) == [64] * 8
     ex.picker.value = "layers.2 (*)"
     assert {t.name for t in ex.counter.data} == {
         "layers.2.norm",

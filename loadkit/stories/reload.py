@@ -60,6 +60,7 @@ class ReloadRun:
     pointers_kept: bool
     logits_nan: int  # NaN logits out of logits_total
     logits_total: int
+    nan_per_token: list[int]  # NaN logits at each prompt position (of vocab_size)
     max_error: float  # largest |logit - fresh load's logit| where not NaN
     partly_loaded: list[str]
     ledger_never_loaded: int  # what AutoWeightsLoader's ledger saw: drops happen below it
@@ -126,6 +127,7 @@ def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
         pointers_kept=all(p.data_ptr() == pointers[n] for n, p in model.named_parameters()),
         logits_nan=int((~finite).sum()),
         logits_total=logits.numel(),
+        nan_per_token=[int(n) for n in (~finite).sum(-1)],
         max_error=float((logits[finite] - ref[finite]).abs().max()) if finite.any() else 0.0,
         partly_loaded=[_short(n) for n in partly],
         ledger_never_loaded=len(ledger_of(model).never_loaded),
@@ -319,6 +321,44 @@ def update_grid_figure(fig: Any, run: ReloadRun) -> None:
         fig.layout.yaxis.autorange = "reversed"
 
 
+def forward_figure(run: ReloadRun) -> Any:
+    """A FigureWidget: per prompt token, how many of its logits are finite and how many NaN."""
+    import plotly.graph_objects as go
+
+    fig = go.FigureWidget()
+    update_forward_figure(fig, run)
+    fig.update_layout(
+        template="plotly_white",
+        barmode="stack",
+        height=260,
+        xaxis_title="prompt position",
+        yaxis_title="logits",
+        margin={"t": 50},
+    )
+    return fig
+
+
+def update_forward_figure(fig: Any, run: ReloadRun) -> None:
+    import plotly.graph_objects as go
+
+    positions = list(range(len(run.nan_per_token)))
+    vocab = run.logits_total // max(len(positions), 1)
+    with fig.batch_update():
+        fig.data = ()
+        fig.add_trace(
+            go.Bar(
+                name="finite",
+                x=positions,
+                y=[vocab - n for n in run.nan_per_token],
+                marker_color=_COLOURS[0],
+            )
+        )
+        fig.add_trace(
+            go.Bar(name="NaN", x=positions, y=run.nan_per_token, marker_color=_COLOURS[1])
+        )
+        fig.layout.title.text = forward_text(run)
+
+
 def grid_data(fig: Any) -> str:
     """The grid's cells as text, for nbval."""
     tr = fig.data[0]
@@ -339,8 +379,8 @@ class Explorer:
     order: Any
     picker: Any
     counter: Any  # the FigureWidget the toggle drives
+    logits: Any  # finite / NaN logits per prompt token
     grid: Any
-    forward: Any  # an HTML widget with the forward verdict
     box: Any
 
     def run(self) -> ReloadRun:
@@ -351,7 +391,7 @@ class Explorer:
         from loadkit.viz import figure_data
 
         return "\n".join(
-            [figure_data(self.counter), grid_data(self.grid), forward_text(self.run())]
+            [figure_data(self.counter), figure_data(self.logits), grid_data(self.grid)]
         )
 
 
@@ -370,7 +410,7 @@ def explorer() -> Explorer:
         layout={"height": 420},
     )
     grid = grid_figure(run_reload("old", "d-last"))
-    forward = widgets.HTML()
+    logits = forward_figure(run_reload("old", "d-last"))
     order = widgets.Dropdown(
         options=[(label, key) for key, label in ORDER_LABELS.items()],
         value="d-last",
@@ -383,7 +423,7 @@ def explorer() -> Explorer:
     def refresh(record: Record) -> None:
         run = run_reload(record.behaviour, order.value)
         update_grid_figure(grid, run)
-        forward.value = f"<pre>{forward_text(run)}</pre>"
+        update_forward_figure(logits, run)
 
     toggle = behaviour_toggle(recs, counter, on_change=refresh)
 
@@ -395,5 +435,5 @@ def explorer() -> Explorer:
     order.observe(rebuild, names="value")
     picker.observe(rebuild, names="value")
     refresh(recs[toggle.value])
-    box = widgets.VBox([toggle, widgets.HBox([order, picker]), counter, forward, grid])
-    return Explorer(recs, toggle, order, picker, counter, grid, forward, box)
+    box = widgets.VBox([toggle, widgets.HBox([order, picker]), counter, logits, grid])
+    return Explorer(recs, toggle, order, picker, counter, logits, grid, box)

@@ -13,6 +13,7 @@ hold raw pointers into it). The lifecycle:
    finalised at once (``loadkit.reload_layer``). A load for a finalised layer is dropped with an
    ``ExcessiveLoadWarning``.
 4. ``finalize_layerwise_reload(model)`` finalises what is still open and restores the loaders.
+   Call it in a ``finally``: if the load raises, it is what puts the live parameters back.
 
 Counting elements, not calls, is what lets a packed parameter filled slice by slice (q, k and v
 into one ``qkv_proj``) finalise only when complete. ``"old"`` counts every copied element, so a
@@ -161,7 +162,7 @@ def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new
         )
     layers = _layers(model)
     owner: dict[int, str] = {}
-    for name, _module, params in layers:  # check everything before changing anything
+    for name, module, params in layers:  # check everything before changing anything
         for pname, p in params.items():
             qual = f"{name}.{pname}" if name else pname
             if id(p) in owner:
@@ -170,6 +171,10 @@ def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new
                     "layerwise reload needs each parameter in exactly one layer"
                 )
             owner[id(p)] = qual
+        if getattr(module, _STATE_ATTR, None) is not None:
+            raise ReloadStateError(
+                f"layer '{name}' ({type(module).__name__}) is in another open reload"
+            )
     recorded = [_check_layer(name, module, params) for name, module, params in layers]
     session = _Session(behaviour)
     for (name, module, params), rec in zip(layers, recorded, strict=True):
@@ -197,8 +202,8 @@ def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoade
         bound.apply_defaults()
         # Count on the meta stand-in, whichever tensor the caller passed: never the live storage.
         bound.arguments["param"] = state.meta[pname]
-        state.loads.append((pname, bound))
         counted, result = get_numel_loaded(loader, bound, behaviour=state.behaviour)
+        state.loads.append((pname, bound))  # only loads that ran are replayed
         state.count += counted
         done = state.count >= state.total
         session.log(

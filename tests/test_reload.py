@@ -328,3 +328,18 @@ def test_a_finalisation_nested_in_a_replay_gets_its_own_memory():
     assert torch.equal(first.weight, torch.full((2, 2), 3.0))
     assert torch.equal(second.weight, torch.full((2, 2), 5.0))
     assert [(s.layer, s.finalised) for s in reload_log(model)] == [("0", True), ("1", True)]
+
+
+def test_a_failing_load_is_not_replayed_and_finalize_restores_the_model():
+    mixer = Mixer()
+    keep = mixer.dt_bias.detach().clone()
+    record_metadata_for_reloading(mixer)
+    initialize_layerwise_reload(mixer)
+    with pytest.raises(ValueError, match=r"\[4\].*\[5\]"):
+        mixer.dt_bias.weight_loader(mixer.dt_bias, torch.zeros(5))
+    assert reload_log(mixer) == []
+    with pytest.raises(ReloadStateError, match="another open reload"):
+        initialize_layerwise_reload(torch.nn.Sequential(mixer))
+    with pytest.warns(UnloadedLayerWarning):
+        assert finalize_layerwise_reload(mixer) == []
+    assert torch.equal(mixer.dt_bias, keep) and not mixer.dt_bias.is_meta

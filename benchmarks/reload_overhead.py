@@ -1,6 +1,6 @@
 """What layerwise reload costs over a plain copy (issue 5).
 
-    .venv/bin/python benchmarks/reload_overhead.py [--repeats 7]
+    .venv/bin/python benchmarks/reload_overhead.py [--repeats 15] [--threads 1]
 
 A NemotronH-like model of about 230 MB (bfloat16, as served) is loaded once, its metadata recorded,
 and then the same in-memory update is applied, alternately and ``--repeats`` times each:
@@ -115,7 +115,9 @@ def breakdown(counted: Callable[[], None], runs: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    # One thread by default: on a shared 2-core machine two-thread runs swing with the neighbours'
+    # load (ratios of 2.5 to 5 in one afternoon); single-threaded ones repeat to a few percent.
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

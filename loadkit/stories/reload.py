@@ -407,7 +407,7 @@ def explorer() -> Explorer:
         title="loaded-element counter per layer",
         xaxis="load step (every weight-loader call of the reload)",
         yaxis="elements counted",
-        layout={"height": 420},
+        layout={"height": 420, "yaxis": {"rangemode": "tozero"}},
     )
     grid = grid_figure(run_reload("old", "d-last"))
     logits = forward_figure(run_reload("old", "d-last"))

@@ -20,6 +20,10 @@ into one ``qkv_proj``) finalise only when complete. ``"old"`` counts every copie
 composed loader (load, then ``copy_(fn(param))``) counts its parameter twice and can finalise its
 layer before the last parameter arrives: Mamba2's ``mixer.D`` upstream. ``"new"`` caps each call at
 the parameter's size. ``reload_log(model)`` returns every counted call in order.
+
+The buffered loads keep the tensors they were handed until their layer is finalised, as upstream
+does: a stream that reuses one buffer (``open_checkpoint(p).weights(reuse_buffer=True)``) has
+overwritten them by then, and the replay loads the wrong bytes. Reload from tensors that stay valid.
 """
 
 from __future__ import annotations

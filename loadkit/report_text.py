@@ -54,7 +54,8 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         lines.append(f"  note: {m.note}")
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
-        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} keys")
+        keys = "key" if use.fired == 1 else "keys"
+        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
         if use.example:
             lines.append(f"           e.g. {use.example[0]} -> {use.example[1]}")
     if m.dropped:

@@ -122,6 +122,7 @@ class _Run:
     pulled: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
     writes: list[tuple[str, str | None]] = field(default_factory=list)  # (tensor, current key)
+    exhausted: bool = False  # every weight was read
 
 
 class _WriteWatcher(TorchDispatchMode):
@@ -174,6 +175,7 @@ def _stream(
         run.current = info.name
         run.pulled.append(info.name)
         yield info.name, _meta_weight(info)
+    run.exhausted = True
 
 
 def _wrap_loaders(model: nn.Module, holder: list[_Run]) -> list[tuple[torch.Tensor, Any]]:
@@ -321,6 +323,7 @@ def dry_load(
     runs = 0
     complete = True
     used: list[WeightsMapper | None] = []
+    failure: str | None = None
     try:
         while True:
             runs += 1
@@ -341,6 +344,13 @@ def dry_load(
                         f"{root_name}.load_weights failed before taking any weight, so the load "
                         f"cannot be simulated: {type(exc).__name__}: {exc}"
                     ) from exc
+                if run.exhausted:
+                    # Raised after the last weight (a final check, say): no key to blame, and
+                    # leaving keys out would only make it worse. The load fails as a whole.
+                    failure = (
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    )
+                    break
                 after = _ledgers(model)
                 root = after.get("") if after.get("") is not before.get("") else None
                 used_now = used[-1] if used else mapper
@@ -357,6 +367,8 @@ def dry_load(
     report = _assemble(
         model, infos, run, new, fates, excluded, unexpected, root_mapper, runs, complete
     )
+    if failure is not None:
+        report.failure = f"{root_name}.load_weights raised after the last weight: {failure}"
     return report, root_mapper
 
 

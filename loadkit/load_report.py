@@ -99,6 +99,7 @@ class LoadReport:
     filled: int
     runs: int  # simulated passes (one more per name that stopped a pass)
     complete: bool = True  # False: too many failing names, the rest was not simulated
+    failure: str | None = None  # the load raised with no key to blame (after the last weight)
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(KEY_STATUSES, 0)
@@ -110,6 +111,7 @@ class LoadReport:
     def clean(self) -> bool:
         return (
             self.complete
+            and self.failure is None
             and all(k.status in CLEAN_STATUSES for k in self.keys)
             and not self.missing
             and not any(c.incompatible for c in self.dtype_casts)
@@ -125,6 +127,8 @@ class LoadReport:
             out.append(f"{bad} incompatible dtype cast(s)")
         if not self.complete:
             out.append("simulation stopped early")
+        if self.failure is not None:
+            out.append(self.failure)
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -154,6 +158,7 @@ class LoadReport:
             "errors": [_drop_none(vars(e)) for e in self.errors],
             "runs": self.runs,
             "complete": self.complete,
+            "failure": self.failure,
         }
 
 

@@ -84,6 +84,8 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     ]
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
+    if load.failure:
+        lines.append(f"  load failed: {load.failure}")
 
     def section(title: str, rows: list[str], total: int) -> None:
         lines.append(f"  {title} ({total})" + ("" if total else ": none"))

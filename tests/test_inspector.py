@@ -479,3 +479,45 @@ def test_a_given_mapper_a_hand_written_loader_ignores_is_flagged(tmp_path):
     assert "does not load through an AutoWeightsLoader" in r.mapper.note
     assert "note: HandWritten.load_weights" in r.render()
     assert r.clean is True
+
+
+class ChecksAtTheEnd(nn.Module):
+    """Raises after the last weight when something is missing: no key is to blame."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(2))
+        self.b = nn.Parameter(torch.zeros(2))
+
+    def load_weights(self, weights):
+        loaded = AutoWeightsLoader(self).load_weights(weights)
+        missing = {n for n, _ in self.named_parameters()} - loaded
+        if missing:
+            raise RuntimeError(f"missing {sorted(missing)}")
+        return loaded
+
+
+def test_a_failure_after_the_last_weight_fails_the_load_as_a_whole(tmp_path):
+    r = inspect_checkpoint(save(tmp_path / "m.safetensors", {"a": zeros(2)}), model=ChecksAtTheEnd)
+    load = r.load
+    assert load.runs == 1 and load.unexpected == [] and load.errors == []
+    assert load.failure == "ChecksAtTheEnd.load_weights raised after the last weight: " + (
+        "RuntimeError: missing ['b']"
+    )
+    assert [m.name for m in load.missing] == ["b"]
+    assert r.clean is False and load.failure in load.problems()
+    assert "load failed: ChecksAtTheEnd.load_weights raised" in r.render()
+
+
+def test_a_loader_that_fails_before_reading_anything_is_unusable(tmp_path):
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.zeros(2))
+
+        def load_weights(self, weights):
+            raise TypeError("not today")
+
+    f = save(tmp_path / "m.safetensors", {"a": zeros(2)})
+    with pytest.raises(LoadkitError, match="failed before taking any weight.*not today"):
+        inspect_checkpoint(f, model=Broken)

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
 BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h"  # loadkit.models.registry.BUILTIN (tested)
@@ -64,8 +64,7 @@ class UsageError(Exception):
     """Bad command-line arguments (exit status 2, like argparse)."""
 
 
-@dataclass
-class InspectArgs:
+class InspectArgs(NamedTuple):
     checkpoint: str
     model: str | None = None
     mapper: str | None = None

@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint import Checkpoint, TensorInfo, open_checkpoint
 from loadkit.errors import MapperConfigError
@@ -35,21 +34,21 @@ if TYPE_CHECKING:
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
+# For the same reason the records here are NamedTuples and plain classes, not dataclasses:
+# `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
 
 SCHEMA_VERSION = 1
 
 # --- sections -----------------------------------------------------------------------------------
 
 
-@dataclass
-class ShardSummary:
+class ShardSummary(NamedTuple):
     file: str
     tensors: int
     nbytes: int
 
 
-@dataclass
-class CheckpointSummary:
+class CheckpointSummary(NamedTuple):
     path: str
     files: list[ShardSummary]
     tensors: list[TensorInfo]
@@ -78,25 +77,43 @@ class CheckpointSummary:
         }
 
 
-@dataclass
 class RuleUse:
     """One mapper rule and the keys it fired for (in checkpoint order)."""
 
-    stage: str
-    rule: str
-    target: Any  # the replacement, ``None`` for a dropping rule, ``[new, shard_id]`` if stacked
-    fired: int = 0
-    example: tuple[str, str | None] | None = None  # (before, after) of its first firing
+    __slots__ = ("example", "fired", "rule", "stage", "target")
+
+    def __init__(self, stage: str, rule: str, target: Any) -> None:
+        self.stage = stage
+        self.rule = rule
+        self.target = target  # the replacement; None for a dropping rule; [new, shard_id]
+        self.fired = 0
+        self.example: tuple[str, str | None] | None = None  # (before, after), first firing
+
+    def __repr__(self) -> str:
+        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
 
 
-@dataclass
 class MapperReport:
-    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-    rules: list[RuleUse]
-    traces: list[dict[str, Any]]  # keys where a rule fired: name, mapped, shard_id, steps
-    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
-    unchanged: int
-    note: str | None = None
+    """Which rule fired for which key, and which keys the mapper drops."""
+
+    def __init__(
+        self,
+        source: str,  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+        rules: list[RuleUse],
+        traces: list[dict[str, Any]],  # keys a rule fired for: name, mapped, shard_id, steps
+        dropped: list[tuple[str, str]],  # (key, "stage 'rule'")
+        unchanged: int,
+        note: str | None = None,
+    ) -> None:
+        self.source = source
+        self.rules = rules
+        self.traces = traces
+        self.dropped = dropped
+        self.unchanged = unchanged
+        self.note = note
+
+    def __repr__(self) -> str:
+        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,14 +151,29 @@ def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
 # --- the report ---------------------------------------------------------------------------------
 
 
-@dataclass
 class InspectReport:
-    checkpoint: CheckpointSummary
-    mapper: MapperReport | None = None
-    model: ModelSummary | None = None
-    probe: dict[str, ProbeVerdict] | None = None
-    load: LoadReport | None = None
-    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, repr=False, compare=False)
+    """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
+    ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
+    ``--json`` document."""
+
+    def __init__(
+        self,
+        checkpoint: CheckpointSummary,
+        mapper: MapperReport | None = None,
+        model: ModelSummary | None = None,
+        probe: dict[str, ProbeVerdict] | None = None,
+        load: LoadReport | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.mapper = mapper
+        self.model = model
+        self.probe = probe
+        self.load = load
+        self._layouts: dict[bool, LayoutNode] = {}
+
+    def __repr__(self) -> str:
+        c = self.checkpoint
+        return f"<InspectReport {c.path}: {len(c.tensors)} tensors, clean={self.clean}>"
 
     def _layout(self, fold: bool) -> LayoutNode:
         if fold not in self._layouts:
@@ -182,7 +214,9 @@ class InspectReport:
             "exit_status": self.exit_status,
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
+    def to_json(self, indent: int | None = None) -> str:
+        """One JSON document; one line by default (json's C encoder: indenting runs in Python
+        and costs more than the whole header parse of a 2000-name checkpoint)."""
         return json.dumps(self.as_dict(), indent=indent)
 
     def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:

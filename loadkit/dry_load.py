@@ -6,13 +6,16 @@ the order ``Checkpoint.weights()`` would yield them; then the model's own ``load
 the real loading code runs, with the real mapper, skip rules and ``weight_loader``s, and the
 ledgers it leaves say where each name went. The report therefore agrees with a real load.
 
-Two things a real load stops at are collected instead:
+Where a real load stops at the first problem, this one collects them all:
 
 - every parameter's ``weight_loader`` is wrapped for the run: a loader that fails (a shape
   mismatch) is recorded with the checkpoint key it was handed, and the walk goes on;
+- a ``TorchDispatchMode`` sees every ``copy_`` into a model tensor, so a loader that bypasses
+  ``weight_loader`` still fills its parameter;
 - a name the model does not have stops the walk (``UnknownNameError``, or a ``KeyError`` in a
   hand-written loader): it is recorded, left out, and the walk runs again. Names under the same
   unknown module are left out together, so a checkpoint of the wrong model takes a few passes.
+  An error after the last weight (a final check) blames no key: the load fails as a whole.
 """
 
 from __future__ import annotations
@@ -82,12 +85,25 @@ def cast_is_incompatible(src: torch.dtype, dst: torch.dtype) -> bool:
 
 
 def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
-    """``model`` itself when it is all on ``meta`` (a copy if ``always``), else a copy moved
-    there: the caller's model is never changed, and a copy on meta costs no memory."""
-    on_meta = all(t.is_meta for t in (*model.parameters(), *model.buffers()))
-    if on_meta and not always:
+    """``model`` itself when it is all on ``meta`` (a copy if ``always``), else a copy on meta.
+
+    The caller's model is never changed, and its data is never copied: each tensor is replaced
+    by a meta tensor of its shape and dtype (keeping attributes such as ``weight_loader``) before
+    the module tree is deep-copied around it.
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    if all(t.is_meta for t in tensors) and not always:
         return model
-    return copy.deepcopy(model).to("meta")
+    memo: dict[int, Any] = {}
+    for t in tensors:
+        if id(t) in memo:
+            continue
+        meta = torch.empty_like(t, device="meta")
+        if isinstance(t, nn.Parameter):
+            meta = nn.Parameter(meta, requires_grad=t.requires_grad)
+        meta.__dict__.update(t.__dict__)
+        memo[id(t)] = meta
+    return copy.deepcopy(model, memo)
 
 
 def model_summary(model: nn.Module, spec: str) -> ModelSummary:
@@ -147,7 +163,10 @@ class _WriteWatcher(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.copy_.default:
-            name = self.storages.get(args[0].untyped_storage()._cdata)
+            try:
+                name = self.storages.get(args[0].untyped_storage()._cdata)
+            except (RuntimeError, NotImplementedError):  # a tensor without storage
+                name = None
             if name is not None:
                 run = self.holder[0]
                 run.writes.append((name, run.current))

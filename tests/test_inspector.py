@@ -521,3 +521,16 @@ def test_a_loader_that_fails_before_reading_anything_is_unusable(tmp_path):
     f = save(tmp_path / "m.safetensors", {"a": zeros(2)})
     with pytest.raises(LoadkitError, match="failed before taking any weight.*not today"):
         inspect_checkpoint(f, model=Broken)
+
+
+def test_a_live_model_is_copied_to_meta_without_its_data():
+    from loadkit.dry_load import meta_copy
+
+    live = HandWritten()
+    live.lm = nn.Linear(2, 2)
+    live.lm.weight = live.w_tied = nn.Parameter(torch.ones(2, 2))  # a tied pair stays tied
+    copy = meta_copy(live)
+    assert all(p.is_meta for p in copy.parameters())
+    assert copy.A.weight_loader is live.A.weight_loader  # attributes kept
+    assert copy.lm.weight is copy.w_tied
+    assert not live.A.is_meta and torch.equal(live.lm.weight, torch.ones(2, 2))

@@ -32,6 +32,8 @@ _EXPORTS = {
     "initialize_layerwise_reload": "loadkit.reload",
     "finalize_layerwise_reload": "loadkit.reload",
     "reload_log": "loadkit.reload",
+    "inspect_checkpoint": "loadkit.inspector",
+    "InspectReport": "loadkit.inspector",
 }
 
 __all__ = sorted(_EXPORTS)

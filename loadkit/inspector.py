@@ -1,0 +1,397 @@
+"""``inspect_checkpoint``: where a checkpoint's names meet a model's names, before any load.
+
+The report has sections, each present only when its inputs are:
+
+- ``checkpoint`` and ``layout``: from the safetensors headers alone (files, dtypes, the key tree);
+- ``mapper``: which ``WeightsMapper`` rule fired for which key, and which keys it drops;
+- ``model``, ``probe`` and ``load``: with a model, built on the meta device. ``probe`` is the
+  pooling adapter's prefix probe under ``"old"`` and ``"new"``; ``load`` is a simulated load
+  (``loadkit.dry_load``): every key's fate, missing and unexpected names with the nearest names,
+  shape mismatches and dtype casts.
+
+This module does not import torch: without a model the whole report is built from headers, and
+torch (over a second to import) is only paid for when a model is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from loadkit.checkpoint import Checkpoint, TensorInfo, open_checkpoint
+from loadkit.errors import MapperConfigError
+from loadkit.layout import LayoutNode, build_layout
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from loadkit.load_report import LoadReport, ModelSummary
+    from loadkit.mapper import WeightsMapper
+    from loadkit.probe import ProbeVerdict
+
+# The mapper and the probe are imported where used: a plain layout report needs neither, and
+# every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
+# For the same reason the records here are NamedTuples and plain classes, not dataclasses:
+# `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
+
+SCHEMA_VERSION = 1
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+class ShardSummary(NamedTuple):
+    file: str
+    tensors: int
+    nbytes: int
+
+
+class CheckpointSummary(NamedTuple):
+    path: str
+    files: list[ShardSummary]
+    tensors: list[TensorInfo]
+    total_bytes: int
+    dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "files": [
+                {"file": s.file, "tensors": s.tensors, "bytes": s.nbytes} for s in self.files
+            ],
+            "tensor_count": len(self.tensors),
+            "bytes": self.total_bytes,
+            "dtypes": {d: {"tensors": n, "bytes": b} for d, (n, b) in self.dtypes.items()},
+            "tensors": [
+                {
+                    "name": t.name,
+                    "dtype": t.dtype,
+                    "shape": list(t.shape),
+                    "bytes": t.nbytes,
+                    "file": t.file,
+                }
+                for t in self.tensors
+            ],
+        }
+
+
+class RuleUse:
+    """One mapper rule and the keys it fired for (in checkpoint order)."""
+
+    __slots__ = ("example", "fired", "rule", "stage", "target")
+
+    def __init__(self, stage: str, rule: str, target: Any) -> None:
+        self.stage = stage
+        self.rule = rule
+        self.target = target  # the replacement; None for a dropping rule; [new, shard_id]
+        self.fired = 0
+        self.example: tuple[str, str | None] | None = None  # (before, after), first firing
+
+    def __repr__(self) -> str:
+        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
+
+
+class MapperReport:
+    """Which rule fired for which key, and which keys the mapper drops."""
+
+    def __init__(
+        self,
+        source: str,  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+        rules: list[RuleUse],
+        traces: list[dict[str, Any]],  # keys a rule fired for: name, mapped, shard_id, steps
+        dropped: list[tuple[str, str]],  # (key, "stage 'rule'")
+        unchanged: int,
+        note: str | None = None,
+    ) -> None:
+        self.source = source
+        self.rules = rules
+        self.traces = traces
+        self.dropped = dropped
+        self.unchanged = unchanged
+        self.note = note
+
+    def __repr__(self) -> str:
+        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rules": [
+                {
+                    "stage": r.stage,
+                    "rule": r.rule,
+                    "target": r.target,
+                    "fired": r.fired,
+                    "example": list(r.example) if r.example else None,
+                }
+                for r in self.rules
+            ],
+            "keys": self.traces,
+            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
+            "unchanged": self.unchanged,
+            "note": self.note,
+        }
+
+
+def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
+    return {
+        "hit": v.hit,
+        "prefix": v.prefix,
+        "hit_index": v.hit_index,
+        "hit_key": v.hit_key,
+        "clones": v.walked,
+        "cloned_bytes": v.cloned_bytes,
+        "total_keys": v.total_keys,
+        "total_bytes": v.total_bytes,
+    }
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+class InspectReport:
+    """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
+    ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
+    ``--json`` document."""
+
+    def __init__(
+        self,
+        checkpoint: CheckpointSummary,
+        mapper: MapperReport | None = None,
+        model: ModelSummary | None = None,
+        probe: dict[str, ProbeVerdict] | None = None,
+        load: LoadReport | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.mapper = mapper
+        self.model = model
+        self.probe = probe
+        self.load = load
+        self._layouts: dict[bool, LayoutNode] = {}
+
+    def __repr__(self) -> str:
+        c = self.checkpoint
+        return f"<InspectReport {c.path}: {len(c.tensors)} tensors, clean={self.clean}>"
+
+    def _layout(self, fold: bool) -> LayoutNode:
+        if fold not in self._layouts:
+            items = ((t.name, t.nbytes, t.dtype) for t in self.checkpoint.tensors)
+            self._layouts[fold] = build_layout(items, fold=fold)
+        return self._layouts[fold]
+
+    @property
+    def layout(self) -> LayoutNode:
+        """The key tree, one node per dotted prefix (built on first use)."""
+        return self._layout(False)
+
+    @property
+    def folded_layout(self) -> LayoutNode:
+        """The key tree with numbered siblings merged (``layers.{0-27}``): the report's view."""
+        return self._layout(True)
+
+    @property
+    def clean(self) -> bool | None:
+        """Would the checkpoint load cleanly into the model? ``None`` without a model."""
+        return None if self.load is None else self.load.clean
+
+    @property
+    def exit_status(self) -> int:
+        """0: loads cleanly (or no model to load into: the headers are valid); 1: it would not."""
+        return 1 if self.clean is False else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "checkpoint": self.checkpoint.as_dict(),
+            "layout": self.folded_layout.as_dict(),
+            "mapper": self.mapper.as_dict() if self.mapper else None,
+            "model": self.model.as_dict() if self.model else None,
+            "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
+            "load": self.load.as_dict() if self.load else None,
+            "clean": self.clean,
+            "exit_status": self.exit_status,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """One JSON document; one line by default (json's C encoder: indenting runs in Python
+        and costs more than the whole header parse of a 2000-name checkpoint)."""
+        return json.dumps(self.as_dict(), indent=indent)
+
+    def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
+        """The report as text: the sections in order, each list capped at ``limit`` rows."""
+        from loadkit.report_text import render_report
+
+        return render_report(self, limit=limit, max_depth=max_depth)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+# --- building it ----------------------------------------------------------------------------------
+
+
+def summarize_checkpoint(ck: Checkpoint) -> CheckpointSummary:
+    per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
+    dtypes: dict[str, list[int]] = {}
+    for t in ck.tensors.values():
+        s = per_file.setdefault(t.file, [0, 0])
+        s[0] += 1
+        s[1] += t.nbytes
+        d = dtypes.setdefault(t.dtype, [0, 0])
+        d[0] += 1
+        d[1] += t.nbytes
+    return CheckpointSummary(
+        ck.path,
+        [ShardSummary(f, n, b) for f, (n, b) in per_file.items()],
+        list(ck.tensors.values()),
+        ck.total_bytes,
+        {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
+    )
+
+
+def parse_mapper(
+    rules: WeightsMapper | Mapping[str, Any] | str | os.PathLike[str],
+) -> WeightsMapper:
+    """A mapper from a ``WeightsMapper``, a dict of its fields, JSON text, or a JSON file's path."""
+    from loadkit.mapper import WeightsMapper
+
+    if isinstance(rules, WeightsMapper):
+        return rules
+    if isinstance(rules, Mapping):
+        return WeightsMapper.from_json(rules)
+    text = str(rules)
+    source = "--mapper"
+    if not text.lstrip().startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise MapperConfigError(
+                f"--mapper {text!r}: neither JSON rules (an object such as "
+                '{"orig_to_new_prefix": {"model.": ""}}) nor a readable JSON file'
+            )
+        source = str(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MapperConfigError(f"{path}: cannot read mapper rules: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MapperConfigError(f"{source}: mapper rules are not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise MapperConfigError(
+            f"{source}: mapper rules must be a JSON object of WeightsMapper fields, "
+            f"not {type(data).__name__}"
+        )
+    return WeightsMapper.from_json(data)
+
+
+def mapper_report(mapper: WeightsMapper, names: list[str], source: str) -> MapperReport:
+    """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys."""
+    from loadkit.mapper import STAGES
+
+    rules: dict[tuple[str, str], RuleUse] = {}
+    for stage in STAGES:
+        for rule, target in getattr(mapper, f"orig_to_new_{stage}").items():
+            text = getattr(rule, "pattern", rule)
+            rules[(stage, text)] = RuleUse(
+                stage, text, list(target) if isinstance(target, tuple) else target
+            )
+    traces: list[dict[str, Any]] = []
+    dropped: list[tuple[str, str]] = []
+    unchanged = 0
+    for name in names:
+        t = mapper.trace(name)
+        if not t.steps:
+            unchanged += 1
+            continue
+        for step in t.steps:
+            use = rules[(step.stage, step.rule)]
+            use.fired += 1
+            if use.example is None:
+                use.example = (step.before, step.after)
+        if t.result is None and t.dropped_by is not None:
+            dropped.append((name, f"{t.dropped_by.stage} {t.dropped_by.rule!r}"))
+        traces.append(
+            {
+                "name": name,
+                "mapped": t.result,
+                "shard_id": t.shard_id,
+                "steps": [
+                    {"stage": s.stage, "rule": s.rule, "before": s.before, "after": s.after}
+                    for s in t.steps
+                ],
+            }
+        )
+    return MapperReport(source, list(rules.values()), traces, dropped, unchanged)
+
+
+def inspect_checkpoint(
+    checkpoint: str | os.PathLike[str] | Checkpoint,
+    *,
+    model: str | nn.Module | Callable[..., nn.Module] | None = None,
+    mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
+    mapper_label: str = "given mapper",
+) -> InspectReport:
+    """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
+
+    ``model``: a built-in name (``loadkit.models.registry.BUILTIN``), a
+    ``"package.module:callable"`` spec, a callable (called with no argument, or with the
+    checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the caller's is
+    left alone). ``mapper`` replaces the mapper the model loads with (the one its root
+    ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
+    reads). Bad input raises a ``loadkit.errors.LoadkitError``.
+    """
+    ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
+    infos = list(ck.tensors.values())
+    report = InspectReport(summarize_checkpoint(ck))
+    user_mapper = None if mapper is None else parse_mapper(mapper)
+    if model is None:
+        if user_mapper is not None:
+            report.mapper = mapper_report(user_mapper, [t.name for t in infos], mapper_label)
+        return report
+
+    # Only now does torch come in (the registry imports it when it builds the model).
+    from loadkit.mapper import WeightsMapper
+    from loadkit.models.registry import build_model
+    from loadkit.probe import probe_verdict
+
+    module, spec = build_model(model, ck.tensors)
+    from loadkit.dry_load import dry_load, model_summary
+
+    if user_mapper is not None:
+        # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
+        # for this (meta) model only. The dry load replaces the mapper its loader uses.
+        module.hf_to_vllm_mapper = user_mapper
+    own_mapper = getattr(module, "hf_to_vllm_mapper", None)
+    if not isinstance(own_mapper, WeightsMapper):
+        own_mapper = None
+    report.model = model_summary(module, spec)
+    params = {name for name, _ in module.named_parameters()}
+    keys = [(t.name, t.nbytes) for t in infos]
+    report.probe = {
+        b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
+    }
+    report.load, used = dry_load(
+        module, infos, mapper=own_mapper, replace_mapper=user_mapper is not None
+    )
+    names = [t.name for t in infos]
+    cls = type(module).__name__
+    if user_mapper is not None:
+        report.mapper = mapper_report(user_mapper, names, mapper_label)
+        if used is None:
+            report.mapper.note = (
+                f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
+                "these rules were traced, and given to the pooling probe, but not to the load"
+            )
+    elif used is not None:
+        source = (
+            f"{cls}.hf_to_vllm_mapper"
+            if used is own_mapper
+            else f"the mapper {cls}.load_weights loads with"
+        )
+        report.mapper = mapper_report(used, names, source)
+    elif own_mapper is not None:
+        report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper")
+    return report

@@ -1,0 +1,250 @@
+"""The prefix tree of a checkpoint's key names, with tensor counts, bytes and dtypes per node.
+
+Checkpoint names are dotted paths (``model.layers.3.self_attn.q_proj.weight``); the tree splits
+them at the dots so a layout reads like the module tree it was saved from. Folding merges
+numbered siblings (``layers.0`` ... ``layers.27``) into one node ``layers.{0-27}`` with the sums
+of all of them: a 2000-name checkpoint then reads in a screenful, and a gap (``{0-4,6-27}``) or a
+count that is not a multiple of the instances shows a missing layer or tensor at a glance.
+
+Torch-free and built in one pass over the names (counts are summed bottom-up afterwards): the
+header-only inspector builds it for checkpoints of any size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+_NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
+
+
+def fmt_bytes(n: int) -> str:
+    """``1536`` -> ``'1.5 KiB'``: binary units, three significant figures."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.3g} {unit}"
+
+
+class LayoutNode:
+    """One dotted prefix: every tensor at or below it is counted here."""
+
+    __slots__ = (
+        "_indices",
+        "children",
+        "dtypes",
+        "instances",
+        "is_tensor",
+        "name",
+        "nbytes",
+        "own",
+        "path",
+        "tensors",
+    )
+
+    def __init__(self, name: str, path: str = "") -> None:
+        self.name = name  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
+        self.path = path  # the full dotted prefix; "" for the root
+        self.tensors = 0  # tensors at or below
+        self.nbytes = 0
+        self.dtypes: dict[str, int] = {}  # dtype -> tensors at or below
+        self.children: dict[str, LayoutNode] = {}
+        self.is_tensor = False  # a tensor's name ends exactly here
+        self.instances = 1  # how many numbered siblings a folded node stands for
+        self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
+        self._indices: set[int] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"LayoutNode({self.path or '(root)'!r}, tensors={self.tensors}, "
+            f"nbytes={self.nbytes}, children={len(self.children)})"
+        )
+
+    def walk(self) -> Iterator[LayoutNode]:
+        """This node and every node below it, depth first, in the order names first appear."""
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
+
+    def find(self, path: str) -> LayoutNode | None:
+        """The node at ``path`` (folded labels included, e.g. ``"layers.{0-27}"``)."""
+        node = self
+        for part in path.split(".") if path else ():
+            found = node.children.get(part)
+            if found is None:
+                return None
+            node = found
+        return node
+
+    def leaves(self) -> Iterator[tuple[str, int, str]]:
+        """``(name, nbytes, dtype)`` of each tensor, in tree order (an unfolded tree's only)."""
+        for node in self.walk():
+            if node.own is not None:
+                count, nbytes, dtype = node.own
+                if count != 1:
+                    raise ValueError(f"{node.path!r} stands for {count} tensors: a folded tree")
+                yield node.path, nbytes, dtype
+
+    def folded(self) -> LayoutNode:
+        """The same tensors with numbered siblings merged (see the module docstring)."""
+        return build_layout(self.leaves(), fold=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "path": self.path,
+            "tensors": self.tensors,
+            "bytes": self.nbytes,
+            "dtypes": dict(sorted(self.dtypes.items())),
+        }
+        if self.is_tensor:
+            d["is_tensor"] = True
+        if self.instances != 1:
+            d["instances"] = self.instances
+        if self.children:
+            d["children"] = [c.as_dict() for c in self.children.values()]
+        return d
+
+    def render(self, *, max_children: int = 40, max_depth: int | None = None) -> str:
+        """An indented text tree. Single-child chains are joined (``embed_tokens.weight``)."""
+        rows: list[tuple[int, str, LayoutNode | None]] = []
+        _child_rows(self, 0, rows, max_children, max_depth)
+        width = max((2 * d + len(label) for d, label, _ in rows), default=0)
+        lines = []
+        for depth, label, node in rows:
+            if node is None:  # an elision row
+                lines.append("  " * depth + label)
+                continue
+            text = ("  " * depth + label).ljust(width)
+            times = f" x{node.instances}" if node.instances > 1 else ""
+            dt = ", ".join(f"{k} {v}" for k, v in sorted(node.dtypes.items()))
+            unit = "tensor " if node.tensors == 1 else "tensors"
+            lines.append(
+                f"{text}  {node.tensors:>6} {unit}{times:<5} {fmt_bytes(node.nbytes):>10}  {dt}"
+            )
+        return "\n".join(lines)
+
+
+def _rows(
+    node: LayoutNode,
+    depth: int,
+    head: str,
+    rows: list[tuple[int, str, LayoutNode | None]],
+    max_children: int,
+    max_depth: int | None,
+) -> None:
+    label = f"{head}.{node.name}" if head else node.name
+    # A chain of single children reads better as one row: "embed_tokens.weight".
+    if len(node.children) == 1 and not node.is_tensor and node.instances == 1:
+        child = next(iter(node.children.values()))
+        _rows(child, depth, label, rows, max_children, max_depth)
+        return
+    rows.append((depth, label, node))
+    if max_depth is None or depth + 1 < max_depth:
+        _child_rows(node, depth + 1, rows, max_children, max_depth)
+
+
+def _child_rows(
+    node: LayoutNode,
+    depth: int,
+    rows: list[tuple[int, str, LayoutNode | None]],
+    max_children: int,
+    max_depth: int | None,
+) -> None:
+    children = list(node.children.values())
+    for child in children[:max_children]:
+        _rows(child, depth, "", rows, max_children, max_depth)
+    if len(children) > max_children:
+        rows.append((depth, f"... {len(children) - max_children} more", None))
+
+
+def _ranges(indices: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``'0-2,5,7-8'``."""
+    parts: list[str] = []
+    ordered = sorted(indices)
+    start = prev = ordered[0]
+    for i in [*ordered[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
+
+
+def build_layout(items: Iterable[tuple[str, int, str]], *, fold: bool = False) -> LayoutNode:
+    """The tree of ``(name, nbytes, dtype)`` triples, children in the order names first appear.
+
+    ``fold=True`` merges numbered siblings as it builds (see the module docstring).
+    """
+    root = LayoutNode("")
+    own: list[tuple[LayoutNode, int, str]] = []
+    for name, nbytes, dtype in items:
+        node = root
+        for part in name.split("."):
+            key = _NUMBERED if fold and part.isdigit() and part.isascii() else part
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = LayoutNode(key)
+                if key == _NUMBERED:
+                    child._indices = set()
+            if key == _NUMBERED:
+                child._indices.add(int(part))  # type: ignore[union-attr]
+            node = child
+        node.is_tensor = True
+        own.append((node, nbytes, dtype))
+    for node, nbytes, dtype in own:  # each tensor counts at its own node ...
+        node.tensors += 1
+        node.nbytes += nbytes
+        node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
+        count, total, _ = node.own or (0, 0, dtype)
+        node.own = (count + 1, total + nbytes, dtype)
+    _finish(root, "")  # ... and is summed into every node above it here
+    return root
+
+
+def _finish(node: LayoutNode, path: str) -> None:
+    node.path = path
+    if not node.children:
+        return
+    children = {}
+    for child in node.children.values():
+        if child._indices is not None:
+            child.name = "{" + _ranges(child._indices) + "}"
+            child.instances = len(child._indices)
+            child._indices = None
+        _finish(child, f"{path}.{child.name}" if path else child.name)
+        children[child.name] = child
+        node.tensors += child.tensors
+        node.nbytes += child.nbytes
+        for dtype, n in child.dtypes.items():
+            node.dtypes[dtype] = node.dtypes.get(dtype, 0) + n
+    node.children = children
+
+
+def treemap_columns(root: LayoutNode) -> dict[str, list[Any]]:
+    """``ids``, ``labels``, ``parents``, ``values`` (bytes), ``tensors``: plotly treemap columns.
+
+    Values are totals per node (use ``branchvalues="total"``); the root is the checkpoint itself.
+    """
+    cols: dict[str, list[Any]] = {"ids": [], "labels": [], "parents": [], "values": []}
+    cols["tensors"] = []
+    top = "(checkpoint)"
+
+    def visit(node: LayoutNode, node_id: str, parent_id: str) -> None:
+        cols["ids"].append(node_id)
+        cols["labels"].append(node.name or top)
+        cols["parents"].append(parent_id)
+        cols["values"].append(node.nbytes)
+        cols["tensors"].append(node.tensors)
+        for child in node.children.values():
+            # Ids hang off the parent's id, so no name (not even an empty component) collides.
+            visit(child, f"{node_id}/{child.name}", node_id)
+
+    visit(root, top, "")
+    return cols

@@ -1,0 +1,196 @@
+"""Models by name, for ``loadkit inspect --model``: built-ins, or any ``package.module:callable``.
+
+Built-ins are sized from the checkpoint: each model module provides
+``config_from_checkpoint(tensors)`` (name -> ``TensorInfo``) and its model class, which is built
+under ``torch.device("meta")`` so no memory is used. The table below is lazy (strings), so naming a
+model imports only that model's module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loadkit.errors import LoadkitError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from loadkit.checkpoint import TensorInfo
+
+# name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
+BUILTIN: dict[str, str] = {
+    "gemma4-like": "loadkit.models.gemma4:Gemma4ForConditionalGeneration",
+    "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
+    "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
+}
+
+
+class ModelSpecError(LoadkitError):
+    """A ``--model`` that names no model, cannot be imported, or does not build an nn.Module."""
+
+
+def _import(module_name: str, spec: str) -> Any:
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise ModelSpecError(f"--model {spec!r}: no such file {module_name}")
+        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert mod_spec is not None and mod_spec.loader is not None
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules.setdefault(path.stem, module)
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ModelSpecError(
+                f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return module
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ModelSpecError(
+                f"--model {spec!r}: no module named {module_name!r} (run from the folder that "
+                "holds it, or put it on PYTHONPATH)"
+            ) from None
+        raise ModelSpecError(
+            f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise ModelSpecError(
+            f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _attr(obj: Any, dotted: str, spec: str) -> Any:
+    for part in dotted.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ModelSpecError(
+                f"--model {spec!r}: {getattr(obj, '__name__', obj)!s} has no attribute {part!r}"
+            ) from None
+    return obj
+
+
+def _wants_tensors(fn: Callable[..., Any]) -> bool:
+    """Does ``fn`` take a required positional argument (the checkpoint's tensors)?"""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in sig.parameters.values()
+    )
+
+
+# Initialisers that fill a parameter with values. On meta there are no values to fill, and
+# torch runs random ones on meta through code that imports torch._dynamo: seconds for nothing.
+_INITS = (
+    "normal_",
+    "uniform_",
+    "trunc_normal_",
+    "kaiming_normal_",
+    "kaiming_uniform_",
+    "xavier_normal_",
+    "xavier_uniform_",
+    "orthogonal_",
+    "sparse_",
+)
+
+
+@contextmanager
+def _no_init() -> Iterator[None]:
+    from torch.nn import init
+
+    saved = {name: getattr(init, name) for name in _INITS if hasattr(init, name)}
+
+    def keep(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        return tensor
+
+    try:
+        for name in saved:
+            setattr(init, name, keep)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)
+
+
+def _on_meta(build: Callable[[], Any], spec: str) -> nn.Module:
+    import torch
+    from torch import nn
+
+    try:
+        with torch.device("meta"), _no_init():
+            model = build()
+    except LoadkitError:
+        raise
+    except Exception as exc:
+        raise ModelSpecError(
+            f"--model {spec!r}: building the model on the meta device failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(model, nn.Module):
+        raise ModelSpecError(
+            f"--model {spec!r} returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def build_builtin(name: str, tensors: Mapping[str, TensorInfo]) -> nn.Module:
+    """The built-in model ``name``, sized from ``tensors``, on the meta device."""
+    target = BUILTIN[name]
+    module_name, attr = target.split(":")
+    if importlib.util.find_spec(module_name) is None:
+        raise ModelSpecError(
+            f"--model {name!r}: the built-in model lives in {module_name}, which this checkout "
+            "does not have yet"
+        )
+    module = _import(module_name, name)
+    cls = _attr(module, attr, name)
+    sizer = _attr(module, "config_from_checkpoint", name)
+    config = sizer(tensors)  # a LoadkitError here: the checkpoint does not look like this model
+    return _on_meta(lambda: cls(config), name)
+
+
+def build_model(
+    spec: str | nn.Module | Callable[..., nn.Module], tensors: Mapping[str, TensorInfo]
+) -> tuple[nn.Module, str]:
+    """``(model on meta, label)`` for a built-in name, a ``module:callable`` spec, a callable or
+    a module. A callable taking one argument gets the checkpoint's ``tensors`` to size itself."""
+    if not isinstance(spec, str):
+        from torch import nn
+
+        if isinstance(spec, nn.Module):
+            from loadkit.dry_load import meta_copy
+
+            return meta_copy(spec, always=True), type(spec).__name__
+        if callable(spec):
+            label = getattr(spec, "__qualname__", repr(spec))
+            fn = spec
+            return _on_meta(lambda: fn(tensors) if _wants_tensors(fn) else fn(), label), label
+        raise ModelSpecError(f"model must be a name, a spec, a callable or a module, not {spec!r}")
+    if spec in BUILTIN:
+        return build_builtin(spec, tensors), spec
+    if ":" not in spec:
+        raise ModelSpecError(
+            f"--model {spec!r}: not a built-in model ({', '.join(BUILTIN)}) and not a "
+            "'package.module:callable' (or 'file.py:callable') spec"
+        )
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise ModelSpecError(f"--model {spec!r}: expected 'package.module:callable'")
+    fn = _attr(_import(module_name, spec), attr, spec)
+    if not callable(fn):
+        raise ModelSpecError(f"--model {spec!r}: {attr} is not callable")
+    return _on_meta(lambda: fn(tensors) if _wants_tensors(fn) else fn(), spec), spec

@@ -1,0 +1,190 @@
+"""The text rendering of an ``InspectReport``: sections in order, long lists capped.
+
+Torch-free, like the report itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from loadkit.layout import fmt_bytes
+
+if TYPE_CHECKING:
+    from loadkit.inspector import InspectReport, LoadReport
+    from loadkit.probe import ProbeVerdict
+
+
+def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> list[str]:
+    out = rows[:limit]
+    if total > limit:
+        out.append(f"{indent}... {total - limit} more (--json lists them all)")
+    return out
+
+
+def _checkpoint(r: InspectReport) -> list[str]:
+    c = r.checkpoint
+    n = len(c.tensors)
+    lines = [
+        f"checkpoint  {c.path}",
+        f"  {len(c.files)} file(s), {n} tensors, {fmt_bytes(c.total_bytes)}",
+        "  dtypes  "
+        + ", ".join(f"{d} {k} tensors ({fmt_bytes(b)})" for d, (k, b) in c.dtypes.items()),
+    ]
+    if len(c.files) > 1 or os.path.isdir(c.path):
+        width = max(len(os.path.basename(s.file)) for s in c.files)
+        lines.append("  shards")
+        lines += [
+            f"    {os.path.basename(s.file).ljust(width)}  {s.tensors:>6} tensors  "
+            f"{fmt_bytes(s.nbytes):>10}"
+            for s in c.files
+        ]
+    return lines
+
+
+def _mapper(r: InspectReport, limit: int) -> list[str]:
+    m = r.mapper
+    assert m is not None
+    renamed = len(m.traces) - len(m.dropped)
+    lines = [
+        f"mapper  ({m.source}): {renamed} keys renamed, {len(m.dropped)} dropped, "
+        f"{m.unchanged} unchanged"
+    ]
+    if m.note:
+        lines.append(f"  note: {m.note}")
+    for use in m.rules:
+        target = "drop" if use.target is None else repr(use.target)
+        keys = "key" if use.fired == 1 else "keys"
+        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
+        if use.example:
+            lines.append(f"           e.g. {use.example[0]} -> {use.example[1]}")
+    if m.dropped:
+        lines.append(f"  dropped keys ({len(m.dropped)})")
+        rows = [f"    {k}  ({rule})" for k, rule in m.dropped]
+        lines += _capped(rows, len(rows), limit)
+    return lines
+
+
+def _verdict(v: ProbeVerdict) -> str:
+    whole = " = the whole checkpoint" if v.walked == v.total_keys and v.total_keys else ""
+    noun = "tensor" if v.walked == 1 else "tensors"
+    cost = f"clones {v.walked} {noun} ({fmt_bytes(v.cloned_bytes)}{whole})"
+    if not v.hit:
+        return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
+    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{v.hit_key}': {cost}"
+
+
+def _load(load: LoadReport, root: str, limit: int) -> list[str]:
+    c = load.counts()
+    passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
+    lines = [
+        f"load  (simulated on the meta device, {passes})",
+        f"  checkpoint {len(load.keys)} keys: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
+        f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing",
+    ]
+    if not load.complete:
+        lines.append("  stopped early: too many failing names; the rest was not simulated")
+    if load.failure:
+        lines.append(f"  load failed: {load.failure}")
+
+    def section(title: str, rows: list[str], total: int) -> None:
+        lines.append(f"  {title} ({total})" + ("" if total else ": none"))
+        lines.extend(_capped(rows, len(rows), limit))
+
+    section(
+        "unexpected names",
+        [
+            f"    {u.name}"
+            + (f"  (looked up as '{u.looked_up}')" if u.looked_up != u.name else "")
+            + (f"\n      nearest: {', '.join(u.suggestions)}" if u.suggestions else "")
+            + f"\n      {u.message}"
+            for u in load.unexpected
+        ],
+        len(load.unexpected),
+    )
+    section(
+        "missing: model tensors never filled",
+        [
+            f"    {m.name}  {list(m.shape)} {m.dtype}"
+            + (f"\n      nearest unused keys: {', '.join(m.suggestions)}" if m.suggestions else "")
+            for m in load.missing
+        ],
+        len(load.missing),
+    )
+    section(
+        "shape mismatches",
+        [
+            f"    {s.name} -> {s.param}: parameter "
+            f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
+            f"checkpoint {list(s.weight_shape)}"
+            for s in load.shape_mismatches
+        ],
+        len(load.shape_mismatches),
+    )
+    section(
+        "dtype casts",
+        [
+            f"    {d.name} -> {d.param}: {d.from_dtype} -> {d.to_dtype}"
+            + ("  INCOMPATIBLE" if d.incompatible else "")
+            for d in load.dtype_casts
+        ],
+        len(load.dtype_casts),
+    )
+    if load.errors:
+        section(
+            "load errors",
+            [f"    {e.name}: {e.message}" for e in load.errors],
+            len(load.errors),
+        )
+    # Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
+    # status and rule, with a count and the first keys.
+    groups: dict[tuple[str, str], list[str]] = {}
+    for k in load.keys:
+        if k.status in ("loaded", "unexpected", "shape mismatch", "load error"):
+            continue
+        reason = k.rule or (f"-> {k.target}" if k.target else "") or k.message or ""
+        groups.setdefault((k.status, reason), []).append(k.name)
+    if groups:
+        total = sum(len(v) for v in groups.values())
+        rows = []
+        for (status, reason), names in groups.items():
+            shown = ", ".join(names[:2]) + (
+                f", ... ({len(names)} in all)" if len(names) > 2 else ""
+            )
+            rows.append(f"    {len(names):>5} {status}: {reason}\n            {shown}")
+        section("other keys, not loaded", rows, total)
+    return lines
+
+
+def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = None) -> str:
+    lines = _checkpoint(r)
+    lines += ["", "layout  (numbered siblings folded into {a-b})"]
+    tree = r.folded_layout.render(max_depth=max_depth)
+    lines += ["  " + row for row in tree.splitlines()]
+    if r.mapper is not None:
+        lines += ["", *_mapper(r, limit)]
+    if r.model is not None:
+        m = r.model
+        own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
+        lines += [
+            "",
+            f"model  {m.spec}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
+            f"(built on meta: no memory used); loads with {own}",
+        ]
+    if r.probe is not None:
+        lines += [
+            "",
+            "pooling probe  (each key walked is cloned until prefix + name is a parameter)",
+        ]
+        lines += [f"  {b:<4} {_verdict(v)}" for b, v in r.probe.items()]
+    if r.load is not None and r.model is not None:
+        lines += ["", *_load(r.load, r.model.cls, limit)]
+    lines.append("")
+    if r.clean is None:
+        lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
+    elif r.clean:
+        lines.append("verdict: would load cleanly (exit 0)")
+    else:
+        assert r.load is not None
+        lines.append(f"verdict: would NOT load: {'; '.join(r.load.problems())} (exit 1)")
+    return "\n".join(lines)

@@ -1,0 +1,300 @@
+"""What notebook 04 (debug your checkpoint) calls: choices, the treemap, tables, the panel.
+
+Everything here renders an ``InspectReport`` (``loadkit.inspector``); the notebook only wires a
+path box and a model picker to it. Paths are shown relative to the working directory, so the
+notebook prints the same text in every checkout.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadkit.inspector import InspectReport, inspect_checkpoint
+from loadkit.layout import fmt_bytes, treemap_columns
+from loadkit.models.registry import BUILTIN
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+HEADER_ONLY = "(header only)"
+# Preferred first: the pooling-probe checkpoint shows the old/new verdicts side by side.
+PREFERRED = ("gemma4_like", "plamo2/untied.safetensors", "nemotron_h")
+# Which built-in model reads which data/ folder.
+MODEL_FOR_FOLDER = {"gemma4_like": "gemma4-like", "plamo2": "plamo2", "nemotron_h": "nemotron-h"}
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """``path`` relative to the working directory (the notebook's), for stable output."""
+    return os.path.relpath(path)
+
+
+def data_checkpoints() -> list[str]:
+    """Every checkpoint under data/ (files, and folders of shards), relative, sorted.
+
+    data/big/ (benchmark checkpoints, not committed) is left out.
+    """
+    found: set[Path] = set()
+    for f in DATA.rglob("*.safetensors"):
+        if "big" in f.relative_to(DATA).parts:
+            continue
+        index = f.parent / "model.safetensors.index.json"
+        found.add(f.parent if index.exists() else f)
+    return sorted(shown_path(p) for p in found)
+
+
+def default_checkpoint() -> tuple[str, str]:
+    """``(checkpoint, model)``: the first present of ``PREFERRED`` with its built-in model."""
+    paths = data_checkpoints()
+    for want in PREFERRED:
+        for p in paths:
+            rel = Path(p).resolve().relative_to(DATA).as_posix()
+            if rel == want or rel.startswith(want + "/"):
+                return p, model_for(p)
+    if not paths:
+        raise FileNotFoundError(f"no checkpoints under {DATA}: run python data/generate.py")
+    return paths[0], model_for(paths[0])
+
+
+def model_for(path: str) -> str:
+    """The built-in model that reads a data/ checkpoint (header only for anything else)."""
+    try:
+        top = Path(path).resolve().relative_to(DATA).parts[0]
+    except ValueError:
+        return HEADER_ONLY
+    return MODEL_FOR_FOLDER.get(top, HEADER_ONLY)
+
+
+def model_choices() -> list[str]:
+    return [HEADER_ONLY, *BUILTIN]
+
+
+def inspect(path: str, model: str | None, mapper: str | None = None) -> InspectReport:
+    """The report, with the picker's "(header only)" meaning no model."""
+    spec = None if model in (None, "", HEADER_ONLY) else model
+    return inspect_checkpoint(path, model=spec, mapper=mapper or None)
+
+
+# --- the treemap ---------------------------------------------------------------------------------
+
+
+def treemap_trace(report: InspectReport, *, folded: bool = True) -> Any:
+    import plotly.graph_objects as go
+
+    tree = report.folded_layout if folded else report.layout
+    cols = treemap_columns(tree)
+    return go.Treemap(
+        ids=cols["ids"],
+        labels=cols["labels"],
+        parents=cols["parents"],
+        values=cols["values"],
+        branchvalues="total",
+        customdata=[
+            [fmt_bytes(v), n] for v, n in zip(cols["values"], cols["tensors"], strict=True)
+        ],
+        hovertemplate="%{id}<br>%{customdata[0]} in %{customdata[1]} tensors<extra></extra>",
+        maxdepth=4,
+    )
+
+
+def treemap_figure(report: InspectReport, *, widget: bool = True) -> Any:
+    """The key tree by bytes (numbered siblings folded): a ``FigureWidget`` by default."""
+    import plotly.graph_objects as go
+
+    cls = go.FigureWidget if widget else go.Figure
+    fig = cls(data=[treemap_trace(report)])
+    fig.update_layout(title=_title(report), margin={"t": 40, "l": 0, "r": 0, "b": 0}, height=420)
+    return fig
+
+
+def show_report(fig: Any, report: InspectReport) -> None:
+    with fig.batch_update():
+        fig.data = ()
+        fig.add_trace(treemap_trace(report))
+        fig.layout.title.text = _title(report)
+
+
+def _title(report: InspectReport) -> str:
+    c = report.checkpoint
+    return f"{shown_path(c.path)}: {len(c.tensors)} tensors, {fmt_bytes(c.total_bytes)}"
+
+
+def treemap_data(fig: Any, top: int = 8) -> str:
+    """The treemap as plain text: its title, and the largest boxes of the first level with more
+    than one box (single-child chains such as ``model.language_model`` are followed down)."""
+    (trace,) = fig.data
+    children: dict[str, list[tuple[int, str, str]]] = {}
+    for node_id, label, parent, v in zip(
+        trace.ids, trace.labels, trace.parents, trace.values, strict=True
+    ):
+        children.setdefault(parent, []).append((v, label, node_id))
+    node, path = trace.ids[0], []
+    while len(children.get(node, [])) == 1:
+        _, label, node = children[node][0]
+        path.append(label)
+    boxes = sorted(children.get(node, []), key=lambda b: (-b[0], b[1]))
+    lines = [f"title: {fig.layout.title.text}", f"nodes: {len(trace.ids)}"]
+    lines.append(f"largest boxes under {'.'.join(path) or 'the checkpoint'}:")
+    lines += [f"  {label}: {fmt_bytes(v)}" for v, label, _ in boxes[:top]]
+    return "\n".join(lines)
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An aligned plain-text table."""
+    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def probe_table(report: InspectReport) -> str:
+    """The pooling probe under old and new, side by side."""
+    if report.probe is None:
+        return "pooling probe: needs a model"
+    rows = []
+    for b, v in report.probe.items():
+        share = v.cloned_bytes / v.total_bytes if v.total_bytes else 0.0
+        rows.append(
+            [
+                b,
+                repr(v.prefix) if v.hit else "no hit",
+                f"#{v.hit_index} {v.hit_key}" if v.hit else "-",
+                v.walked,
+                fmt_bytes(v.cloned_bytes),
+                f"{share:.0%}",
+            ]
+        )
+    return table(["probe", "prefix", "hit at", "clones", "cloned", "of ckpt"], rows)
+
+
+def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
+    """Unexpected and missing names (with the nearest names), shape and dtype mismatches."""
+    load = report.load
+    if load is None:
+        return "mismatches: needs a model"
+    parts = []
+
+    def add(title: str, header: list[str], rows: list[list[Any]]) -> None:
+        parts.append(f"{title} ({len(rows)})")
+        if rows:
+            parts.append(table(header, rows[:limit]))
+            if len(rows) > limit:
+                parts.append(f"... {len(rows) - limit} more")
+
+    add(
+        "unexpected checkpoint names",
+        ["checkpoint key", "nearest model names"],
+        [[u.name, ", ".join(u.suggestions[:2]) or "-"] for u in load.unexpected],
+    )
+    add(
+        "model tensors never filled",
+        ["model tensor", "shape", "nearest unused key"],
+        [[m.name, list(m.shape), ", ".join(m.suggestions) or "-"] for m in load.missing],
+    )
+    add(
+        "shape mismatches",
+        ["checkpoint key", "parameter", "parameter shape", "checkpoint shape"],
+        [
+            [s.name, s.param, list(s.param_shape or ()), list(s.weight_shape)]
+            for s in load.shape_mismatches
+        ],
+    )
+    add(
+        "dtype casts",
+        ["checkpoint key", "from", "to", "incompatible"],
+        [[d.name, d.from_dtype, d.to_dtype, d.incompatible] for d in load.dtype_casts],
+    )
+    verdict = "loads cleanly" if load.clean else "would NOT load: " + "; ".join(load.problems())
+    parts.append(f"verdict: {verdict} (exit {report.exit_status})")
+    return "\n".join(parts)
+
+
+# --- a broken copy, to have something to debug -------------------------------------------------
+
+
+def broken_copy(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    rename: dict[str, str] | None = None,
+    drop: Sequence[str] = (),
+    reshape: dict[str, Sequence[int]] | None = None,
+) -> str:
+    """Write ``src`` (a file or folder) to the file ``dst`` with keys renamed, dropped or given
+    another shape (zeros): the kind of export mistake the inspector is for. Returns ``dst``."""
+    import torch
+    from safetensors.torch import save_file
+
+    from loadkit.checkpoint import open_checkpoint
+
+    rename, reshape = rename or {}, reshape or {}
+    out = {}
+    for name, tensor in open_checkpoint(src).weights():
+        if name in drop:
+            continue
+        if name in reshape:
+            tensor = torch.zeros(tuple(reshape[name]), dtype=tensor.dtype)
+        out[rename.get(name, name)] = tensor.clone()
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    save_file(out, str(dst))
+    return shown_path(dst)
+
+
+# --- the panel ---------------------------------------------------------------------------------
+
+
+class DebugPanel:
+    """A path box, a model picker and a mapper box driving one treemap and the tables."""
+
+    def __init__(self, path: str, model: str = HEADER_ONLY) -> None:
+        import ipywidgets as widgets
+
+        self.path = widgets.Text(
+            value=path, description="checkpoint", continuous_update=False, layout={"width": "70%"}
+        )
+        self.model = widgets.Dropdown(options=model_choices(), value=model, description="model")
+        self.mapper = widgets.Text(
+            value="",
+            description="mapper",
+            placeholder='optional JSON rules, e.g. {"orig_to_new_prefix": {"model.": ""}}',
+            continuous_update=False,
+            layout={"width": "70%"},
+        )
+        # An HTML <pre>, not an Output widget: nbconvert cannot execute Output widgets without
+        # storing widget state, and notebooks here are committed without it.
+        self.output = widgets.HTML()
+        self.error: str | None = None
+        self.report = self._inspect()
+        self.figure = treemap_figure(self.report)
+        for w in (self.path, self.model, self.mapper):
+            w.observe(self._refresh, names="value")
+        self._print()
+        self.widget = widgets.VBox([self.path, self.model, self.mapper, self.figure, self.output])
+
+    def _inspect(self) -> InspectReport:
+        return inspect(self.path.value, self.model.value, self.mapper.value)
+
+    def _refresh(self, change: dict[str, Any] | None = None) -> None:
+        from loadkit.errors import LoadkitError
+
+        try:
+            self.report = self._inspect()
+            self.error = None
+            show_report(self.figure, self.report)
+        except LoadkitError as exc:  # bad input: say so, keep the last good chart
+            self.error = str(exc)
+        self._print()
+
+    def _print(self) -> None:
+        self.output.value = f"<pre>{html.escape(self.summary())}</pre>"
+
+    def summary(self) -> str:
+        """What the panel shows below the treemap, as text."""
+        if self.error:
+            return f"error: {self.error}"
+        return "\n\n".join([probe_table(self.report), mismatch_tables(self.report)])

@@ -1,0 +1,380 @@
+"""`python -m loadkit inspect` as a user runs it: real processes, real files, exit statuses."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from loadkit.cli import BUILTIN_NAMES, main, parse_inspect
+from loadkit.models.registry import BUILTIN
+
+
+def run(*args, cwd=None):
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "loadkit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
+
+
+def write_safetensors(path, tensors, *, pad=True):
+    """A safetensors file written byte by byte (header length, JSON header, zero data)."""
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = DTYPE_SIZE[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header).encode()
+    if pad:
+        blob += b" " * (-len(blob) % 8)
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(offset))
+    return path
+
+
+# A Qwen2-7B-style layout (as published on the Hub: q/k/v with biases, untied lm_head), small
+# sizes, two layers.
+H, I, V, KV = 16, 32, 64, 8  # noqa: E741 (upstream's config names)
+
+
+def qwen2_layout(layers=2):
+    t = {"model.embed_tokens.weight": ("BF16", (V, H))}
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        t |= {
+            f"{p}.input_layernorm.weight": ("BF16", (H,)),
+            f"{p}.mlp.down_proj.weight": ("BF16", (H, I)),
+            f"{p}.mlp.gate_proj.weight": ("BF16", (I, H)),
+            f"{p}.mlp.up_proj.weight": ("BF16", (I, H)),
+            f"{p}.post_attention_layernorm.weight": ("BF16", (H,)),
+            f"{p}.self_attn.k_proj.bias": ("BF16", (KV,)),
+            f"{p}.self_attn.k_proj.weight": ("BF16", (KV, H)),
+            f"{p}.self_attn.o_proj.weight": ("BF16", (H, H)),
+            f"{p}.self_attn.q_proj.bias": ("BF16", (H,)),
+            f"{p}.self_attn.q_proj.weight": ("BF16", (H, H)),
+            f"{p}.self_attn.v_proj.bias": ("BF16", (KV,)),
+            f"{p}.self_attn.v_proj.weight": ("BF16", (KV, H)),
+        }
+    t |= {"model.norm.weight": ("BF16", (H,)), "lm_head.weight": ("BF16", (V, H))}
+    return t
+
+
+# What a user writes: their own model, in their own file, with upstream's parameter names.
+USER_MODEL = textwrap.dedent(
+    f"""
+    import torch
+    from torch import nn
+
+    H, I, V, KV = {H}, {I}, {V}, {KV}
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = nn.Linear(H, H)
+            self.k_proj = nn.Linear(H, KV)
+            self.v_proj = nn.Linear(H, KV)
+            self.o_proj = nn.Linear(H, H, bias=False)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj = nn.Linear(H, I, bias=False)
+            self.up_proj = nn.Linear(H, I, bias=False)
+            self.down_proj = nn.Linear(I, H, bias=False)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = Attention()
+            self.mlp = MLP()
+            self.input_layernorm = nn.RMSNorm(H)
+            self.post_attention_layernorm = nn.RMSNorm(H)
+
+    class Qwen2Model(nn.Module):
+        def __init__(self, layers):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(V, H)
+            self.layers = nn.ModuleList([Layer() for _ in range(layers)])
+            self.norm = nn.RMSNorm(H)
+
+    class Qwen2ForCausalLM(nn.Module):
+        def __init__(self, layers=2):
+            super().__init__()
+            self.model = Qwen2Model(layers)
+            self.lm_head = nn.Linear(H, V, bias=False)
+
+    def build():
+        return Qwen2ForCausalLM().to(torch.bfloat16)
+
+    def build_sized(tensors):
+        layers = 1 + max(int(n.split(".")[2]) for n in tensors if n.startswith("model.layers."))
+        return Qwen2ForCausalLM(layers).to(torch.bfloat16)
+    """
+)
+
+
+@pytest.fixture
+def qwen(tmp_path):
+    (tmp_path / "my_qwen.py").write_text(USER_MODEL)
+    return tmp_path
+
+
+def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(qwen, monkeypatch, capsys):
+    layout = qwen2_layout()
+    good = write_safetensors(qwen / "good.safetensors", layout)
+    res = run("inspect", good, "--model", "my_qwen:build", cwd=qwen)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "verdict: would load cleanly (exit 0)" in res.stdout
+    assert "checkpoint 27 keys: 27 loaded" in res.stdout
+
+    layout["model.layers.1.mlp.gate.weight"] = layout.pop("model.layers.1.mlp.gate_proj.weight")
+    del layout["model.layers.0.self_attn.k_proj.bias"]
+    bad = write_safetensors(qwen / "bad.safetensors", layout)
+    res = run("inspect", bad, "--model", "my_qwen:build", "--json", cwd=qwen)
+    assert res.returncode == 1, res.stderr
+    load = json.loads(res.stdout)["load"]
+    (unexpected,) = load["unexpected"]
+    assert unexpected["name"] == "model.layers.1.mlp.gate.weight"
+    assert unexpected["suggestions"][0] == "model.layers.1.mlp.gate_proj.weight"
+    missing = {m["name"]: m for m in load["missing"]}
+    assert set(missing) == {
+        "model.layers.0.self_attn.k_proj.bias",
+        "model.layers.1.mlp.gate_proj.weight",
+    }
+    assert missing["model.layers.1.mlp.gate_proj.weight"]["suggestions"] == [
+        "model.layers.1.mlp.gate.weight"
+    ]
+    assert missing["model.layers.0.self_attn.k_proj.bias"]["shape"] == [KV]
+
+    # The same, in process (spares a torch import), as text.
+    monkeypatch.syspath_prepend(str(qwen))
+    assert main(["inspect", str(bad), "--model", "my_qwen:build"]) == 1
+    text = capsys.readouterr().out
+    assert "unexpected names (1)" in text and "missing: model tensors never filled (2)" in text
+    assert "nearest: model.layers.1.mlp.gate_proj.weight" in text
+    assert "layers.{0-1}" in text  # the key tree folds the layers
+
+
+def test_model_from_a_file_and_sized_from_the_checkpoint(qwen, monkeypatch, capsys):
+    f = write_safetensors(qwen / "four.safetensors", qwen2_layout(layers=4))
+    res = run("inspect", f, "--model", f"{qwen / 'my_qwen.py'}:build_sized")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Qwen2ForCausalLM, 51 tensors" in res.stdout  # 4 layers x 12 + 3, sized from names
+    monkeypatch.syspath_prepend(str(qwen))
+    assert main(["inspect", str(f), "--model", "my_qwen:build", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["load"]["unexpected"]) == 24  # layers 2 and 3 do not exist in a 2-layer model
+    assert report["load"]["runs"] <= 3  # each unknown layer is left out whole, in one pass
+
+
+def test_header_only_report_and_json(tmp_path):
+    f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
+    res = run("inspect", f)
+    assert res.returncode == 0 and res.stderr == ""
+    out = res.stdout
+    assert out.startswith(f"checkpoint  {f}\n  1 file(s), 27 tensors")
+    assert "dtypes  BF16 27 tensors" in out
+    assert "layers.{0-1}" in out and "x2" in out
+    assert "verdict: headers valid" in out
+    doc = json.loads(run("inspect", f, "--json").stdout)
+    assert doc["schema"] == 1 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["checkpoint"]["tensor_count"] == 27
+    assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"
+    assert [c["name"] for c in doc["layout"]["children"]] == ["model", "lm_head"]
+
+
+def test_sharded_folder_with_index(tmp_path):
+    layout = list(qwen2_layout().items())
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    weight_map = {}
+    for i, part in enumerate((layout[:10], layout[10:])):
+        name = f"model-{i + 1:05d}-of-00002.safetensors"
+        write_safetensors(folder / name, dict(part))
+        weight_map |= dict.fromkeys((k for k, _ in part), name)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    res = run("inspect", folder)
+    assert res.returncode == 0
+    assert "2 file(s), 27 tensors" in res.stdout
+    assert "model-00001-of-00002.safetensors      10 tensors" in res.stdout
+
+
+def test_mapper_rules_on_the_command_line(tmp_path):
+    f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
+    rules = {"orig_to_new_prefix": {"model.": ""}, "orig_to_new_substr": {".bias": None}}
+    res = run("inspect", f, "--mapper", json.dumps(rules))
+    assert res.returncode == 0
+    assert "mapper  (--mapper): 20 keys renamed, 6 dropped, 1 unchanged" in res.stdout
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    doc = json.loads(run("inspect", f, "--mapper", path, "--json").stdout)
+    assert doc["mapper"]["source"] == "--mapper"
+    assert len(doc["mapper"]["dropped"]) == 6
+
+
+def test_exit_2_for_unusable_input(tmp_path):
+    good = write_safetensors(tmp_path / "good.safetensors", {"w": ("F32", (2, 2))})
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[:-4])
+    not_json = tmp_path / "notjson.safetensors"
+    not_json.write_bytes(struct.pack("<Q", 8) + b"{nope!!}")
+    bad_dtype = tmp_path / "dtype.safetensors"
+    blob = json.dumps({"w": {"dtype": "F128", "shape": [2], "data_offsets": [0, 32]}}).encode()
+    bad_dtype.write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(32))
+    bad_shape = tmp_path / "shape.safetensors"
+    blob = json.dumps({"w": {"dtype": "F32", "shape": [3, 3], "data_offsets": [0, 16]}}).encode()
+    bad_shape.write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(16))
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    write_safetensors(twice / "a.safetensors", {"w": ("F32", (2,))})
+    write_safetensors(twice / "b.safetensors", {"w": ("F32", (3,))})
+    index = tmp_path / "index"
+    index.mkdir()
+    write_safetensors(index / "a.safetensors", {"w": ("F32", (2,))})
+    (index / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "a.safetensors", "v": "gone.safetensors"}})
+    )
+    cases = [
+        (tmp_path / "nothing.safetensors", ["no such file"]),
+        (truncated, ["truncated.safetensors", "'w'", "[2, 2]"]),
+        (not_json, ["notjson.safetensors", "not valid JSON"]),
+        (bad_dtype, ["dtype.safetensors", "'w'", "F128"]),
+        (bad_shape, ["shape.safetensors", "'w'", "[3, 3]", "16"]),
+        (twice, ["b.safetensors", "'w'", "a.safetensors", "[2]", "[3]"]),
+        (index, ["model.safetensors.index.json", "gone.safetensors", "'v'"]),
+    ]
+    for path, words in cases:
+        res = run("inspect", path)
+        assert res.returncode == 2, (path, res.stdout, res.stderr)
+        assert res.stdout == ""
+        assert res.stderr.startswith("loadkit inspect: error: "), res.stderr
+        assert "Traceback" not in res.stderr
+        for w in words:
+            assert w in res.stderr, (w, res.stderr)
+    res = run("inspect", truncated, "--json")
+    assert res.returncode == 2 and json.loads(res.stdout)["exit_status"] == 2
+
+
+def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
+    f = write_safetensors(qwen / "m.safetensors", qwen2_layout())
+    res = run("inspect", f, "--model", "my_qwen:missing", cwd=qwen)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert (
+        res.stderr
+        == "loadkit inspect: error: --model 'my_qwen:missing': my_qwen has no attribute 'missing'\n"
+    )
+    monkeypatch.chdir(qwen)
+    monkeypatch.syspath_prepend(str(qwen))
+    cases = [
+        (["--model", "nope"], "not a built-in model"),
+        (["--model", "nowhere_module:build"], "no module named 'nowhere_module'"),
+        (["--model", "my_qwen:missing"], "has no attribute 'missing'"),
+        (["--mapper", "{broken"], "not valid JSON"),
+        (["--mapper", '{"orig_to_new_suffix": {"": "x"}}'], "empty suffix"),
+        (["--mapper", '{"orig_to_new_regex": {"(": "x"}}'], "invalid regex"),
+        (["--mapper", '{"orig_to_new_prefixes": {}}'], "unknown field"),
+    ]
+    for extra, words in cases:
+        assert main(["inspect", str(f), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("loadkit inspect: error: ") and words in err, (words, err)
+    for argv, words in [
+        ([], "required: COMMAND"),
+        (["frobnicate"], "unknown command"),
+        (["inspect"], "required: CHECKPOINT"),
+        (["inspect", f, "--model"], "expected one argument"),
+        (["inspect", f, "--bogus"], "unrecognized argument: --bogus"),
+        (["inspect", f, "extra"], "unrecognized arguments: extra"),
+        (["inspect", f, "--limit", "x"], "invalid int value"),
+    ]:
+        assert main([str(a) for a in argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert words in err and err.startswith("usage: python -m loadkit inspect"), (argv, err)
+    res = run("inspect")  # and once as a process
+    assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
+
+
+def test_help(capsys):
+    assert main(["--help"]) == 0
+    assert "inspect" in capsys.readouterr().out
+    assert main(["inspect", "--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("--model", "--mapper", "--json", "exit status", "package.module:callable"):
+        assert word in out
+
+
+def test_argument_forms():
+    a = parse_inspect(["ck", "--model=x:y", "--mapper", "{}", "--json", "--limit", "3"])
+    assert (a.checkpoint, a.model, a.mapper, a.json, a.limit) == ("ck", "x:y", "{}", True, 3)
+    assert parse_inspect(["--", "-odd-name"]).checkpoint == "-odd-name"
+    assert parse_inspect(["ck", "--model", "a", "--model", "b"]).model == "b"
+
+
+def test_help_lists_the_registry():
+    assert BUILTIN_NAMES == ", ".join(BUILTIN)
+
+
+TORCH_PROBE = textwrap.dedent(
+    """
+    import runpy, sys
+    sys.argv = ["loadkit", *sys.argv[1:]]
+    try:
+        runpy.run_module("loadkit", run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        code = exit.code
+    print("TORCH_IMPORTED" if "torch" in sys.modules else "TORCH_NOT_IMPORTED", file=sys.stderr)
+    raise SystemExit(code)
+    """
+)
+
+
+def test_header_only_path_never_imports_torch(tmp_path):
+    f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
+    rules = json.dumps({"orig_to_new_prefix": {"model.": ""}})
+    for extra in ([], ["--json"], ["--mapper", rules]):
+        res = subprocess.run(
+            [sys.executable, "-c", TORCH_PROBE, "inspect", str(f), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stderr.strip() == "TORCH_NOT_IMPORTED", (extra, res.stderr)
+    # The probe itself can see torch: with a model it is imported.
+    (tmp_path / "m1.py").write_text(
+        "from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", TORCH_PROBE, "inspect", str(f), "--model", "m1:build"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert res.returncode == 1 and res.stderr.strip().endswith("TORCH_IMPORTED"), res.stderr
+
+
+def test_importtime_agrees(tmp_path):
+    f = write_safetensors(tmp_path / "m.safetensors", {"w": ("F32", (2,))})
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "loadkit", "inspect", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()}
+    assert "loadkit.inspector" in imported and "torch" not in imported

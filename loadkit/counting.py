@@ -19,7 +19,16 @@ _COPY = torch.ops.aten.copy_.default
 _CLONE = torch.ops.aten.clone.default
 
 
-class CopyCounter(TorchDispatchMode):
+class EagerDispatchMode(TorchDispatchMode):
+    # torch wraps every mode's __torch_dispatch__ to keep Dynamo out of it, importing
+    # torch._dynamo on first use (1-2 s, paid by every notebook kernel). Counting never runs
+    # under torch.compile, so opt out of the wrapper.
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class CopyCounter(EagerDispatchMode):
     """Counts ``aten.copy_`` calls and the elements they write (the destination's numel)."""
 
     def __init__(self) -> None:
@@ -34,7 +43,7 @@ class CopyCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class CloneCounter(TorchDispatchMode):
+class CloneCounter(EagerDispatchMode):
     """Counts ``aten.clone`` calls and the bytes they allocate."""
 
     def __init__(self) -> None:

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.checkpoint import DTYPES, TensorInfo
+from loadkit.counting import EagerDispatchMode
 from loadkit.errors import (
     LoadkitError,
     NestedWeightError,
@@ -141,20 +141,13 @@ class _Run:
     exhausted: bool = False  # every weight was read
 
 
-class _WriteWatcher(TorchDispatchMode):
+class _WriteWatcher(EagerDispatchMode):
     """Sees every ``copy_`` into a model tensor, by storage, whichever path made it.
 
     A loader that bypasses ``weight_loader`` (calling ``default_weight_loader`` directly, or
     ``param.data.copy_``) still fills the parameter: this catches it. Meta tensors have storage
     objects too, and views of a parameter (``param.data[0:2]``) share its storage.
     """
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ to keep torch.compile out of it, and that
-        # wrapper imports torch._dynamo on first use: seconds, for a dry load that compiles
-        # nothing.
-        return False
 
     def __init__(self, storages: dict[int, str], holder: list[_Run]) -> None:
         super().__init__()

@@ -24,6 +24,10 @@ _EXPORTS = {
     "get_numel_loaded": "loadkit.counting",
     "open_checkpoint": "loadkit.checkpoint",
     "Checkpoint": "loadkit.checkpoint",
+    "Plamo2Config": "loadkit.models.plamo2",
+    "Plamo2ForCausalLM": "loadkit.models.plamo2",
+    "as_pooling_model": "loadkit.pooling",
+    "ProbeRecord": "loadkit.pooling",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,671 @@
+"""A Gemma4-like model: the checkpoint layout the pooling probe never matched (SPEC 7).
+
+The checkpoint stores the text model under ``model.language_model.*``; the model holds it under
+``language_model.model.*``. Names meet only through the model's ``hf_to_vllm_mapper``, which is
+why the old pooling probe, checking raw names under ``""`` and ``"model."``, never hit.
+
+As in vLLM, q/k/v and gate/up are packed into ``qkv_proj`` and ``gate_up_proj``: the checkpoint
+has separate tensors, a stacked mapper rule names the packed parameter and tags the tensor with
+a ``shard_id``, and the packed parameter's ``weight_loader`` reads that ``shard_id``.
+
+Sizes are configurable (``Gemma4Config``); the defaults make the small model whose checkpoint is
+committed in ``data/gemma4_like/``. ``full_scale_config()`` approximates the upstream Gemma4-E2B
+layout (about 2011 tensors, 9.5 GiB in bf16) for the meta device. Run this module to write large
+checkpoints (``python -m loadkit.models.gemma4 --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from loadkit.auto_loader import AutoWeightsLoader
+from loadkit.checkpoint import DTYPES, TensorInfo
+from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
+from loadkit.mapper import ShardId, WeightsMapper
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR_NAME = "gemma4_like"
+DATA_CHECKPOINT = REPO_ROOT / "data" / DATA_DIR_NAME / "model.safetensors"
+
+TEXT_CKPT = "model.language_model."
+TEXT_PARAM = "language_model.model."
+TOWERS = ("vision_tower", "audio_tower")
+
+# SPEC 7, to the letter: the only rule a text-only Gemma4-like model needs.
+GEMMA4_MAPPER = WeightsMapper(orig_to_new_prefix={TEXT_CKPT: TEXT_PARAM})
+
+# Packing q/k/v and gate/up. Substring rules run in dict order and chain (SPEC 1), so order
+# matters: "qkv_proj" contains "v_proj" and "gate_up_proj" contains "up_proj", hence v_proj and
+# up_proj come first. The same fact makes these rules unsafe to apply twice: a second pass turns
+# "qkv_proj" into "qkqkv_proj" (one of the two reasons the pooling probe forwards unmapped names).
+PACKING_MAPPER = WeightsMapper(
+    orig_to_new_stacked={
+        "v_proj": ("qkv_proj", "v"),
+        "q_proj": ("qkv_proj", "q"),
+        "k_proj": ("qkv_proj", "k"),
+        "up_proj": ("gate_up_proj", 1),
+        "gate_proj": ("gate_up_proj", 0),
+    }
+)
+SHARD_ORDER: dict[str, tuple[ShardId, ...]] = {
+    "qkv_proj": ("q", "k", "v"),
+    "gate_up_proj": (0, 1),
+}
+_ST_DTYPE = {torch_name: st for st, (torch_name, _) in DTYPES.items()}
+
+
+class MissingShardIdError(LoadkitError):
+    """A packed parameter got a tensor without (or with an unknown) ``shard_id``."""
+
+
+@dataclass(frozen=True)
+class Gemma4Config:
+    """Sizes of a Gemma4-like model. Towers (vision, audio) are off unless given layers."""
+
+    num_hidden_layers: int = 4
+    hidden_size: int = 32
+    intermediate_size: int = 64
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    head_dim: int = 16
+    vocab_size: int = 128
+    hidden_size_per_layer_input: int = 8  # per-layer embeddings (PLE); 0 turns them off
+    vocab_size_per_layer_input: int = 128
+    double_wide_mlp_layers: int = 0  # the last n layers have twice the intermediate size
+    vision_layers: int = 0
+    vision_hidden_size: int = 0
+    vision_intermediate_size: int = 0
+    audio_layers: int = 0
+    audio_hidden_size: int = 0
+    audio_intermediate_size: int = 0
+    packing_in_mapper: bool = False  # put the q/k/v, gate/up packing rules in hf_to_vllm_mapper
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(v, int) or v < 0):
+                raise LoadkitError(f"Gemma4Config.{f.name} must be a non-negative int, not {v!r}")
+        for name in ("num_hidden_layers", "hidden_size", "intermediate_size", "head_dim"):
+            if getattr(self, name) == 0:
+                raise LoadkitError(f"Gemma4Config.{name} must be positive")
+        if self.num_attention_heads == 0 or self.num_key_value_heads == 0:
+            raise LoadkitError("Gemma4Config needs at least one attention and one key/value head")
+        if self.double_wide_mlp_layers > self.num_hidden_layers:
+            raise LoadkitError(
+                f"Gemma4Config.double_wide_mlp_layers={self.double_wide_mlp_layers} exceeds "
+                f"num_hidden_layers={self.num_hidden_layers}"
+            )
+        for tower in ("vision", "audio"):
+            if getattr(self, f"{tower}_layers") and not (
+                getattr(self, f"{tower}_hidden_size")
+                and getattr(self, f"{tower}_intermediate_size")
+            ):
+                raise LoadkitError(
+                    f"Gemma4Config: a {tower} tower needs hidden and intermediate sizes"
+                )
+        if self.dtype not in _ST_DTYPE:
+            raise LoadkitError(
+                f"Gemma4Config.dtype {self.dtype!r} is not one of {sorted(_ST_DTYPE)}"
+            )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def layer_intermediate_size(self, i: int) -> int:
+        wide = i >= self.num_hidden_layers - self.double_wide_mlp_layers
+        return self.intermediate_size * (2 if wide else 1)
+
+    def towers(self) -> list[tuple[str, int, int, int]]:
+        """(name, layers, hidden, intermediate) of each tower present."""
+        out = []
+        for name in TOWERS:
+            kind = name.split("_")[0]
+            n = getattr(self, f"{kind}_layers")
+            if n:
+                hid = getattr(self, f"{kind}_hidden_size")
+                out.append((name, n, hid, getattr(self, f"{kind}_intermediate_size")))
+        return out
+
+
+def full_scale_config(num_hidden_layers: int = 35) -> Gemma4Config:
+    """An approximation of the upstream Gemma4-E2B checkpoint, for the meta device.
+
+    The text model follows E2B's published sizes (35 layers, hidden 1536, per-layer embeddings
+    of 256 over a 262144 vocabulary, double-wide MLPs in the 20 KV-shared layers). The vision
+    and audio towers are generic encoder blocks sized so that the totals come out near the
+    upstream report (2011 tensors, 9.543 GiB): counts and bytes are close, names are not.
+    """
+    return Gemma4Config(
+        num_hidden_layers=num_hidden_layers,
+        hidden_size=1536,
+        intermediate_size=6144,
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=256,
+        vocab_size=262144,
+        hidden_size_per_layer_input=256,
+        vocab_size_per_layer_input=262144,
+        double_wide_mlp_layers=min(20, num_hidden_layers),
+        vision_layers=27,
+        vision_hidden_size=1152,
+        vision_intermediate_size=4304,
+        audio_layers=61,
+        audio_hidden_size=384,
+        audio_intermediate_size=1536,
+    )
+
+
+# A checkpoint of at least 1 GiB with at least 500 tensors, for the memory benchmark. A small
+# vocabulary keeps every tensor under 17 MB, so "one tensor" and "the whole checkpoint" differ
+# by a factor of about 60.
+BENCH_CONFIG = Gemma4Config(
+    num_hidden_layers=30,
+    hidden_size=1024,
+    intermediate_size=5120,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=128,
+    vocab_size=8192,
+    hidden_size_per_layer_input=32,
+    vocab_size_per_layer_input=8192,
+)
+PRESETS = {"small": Gemma4Config(), "bench": BENCH_CONFIG, "full": full_scale_config()}
+
+
+# --- the checkpoint side ------------------------------------------------------------------------
+
+
+def checkpoint_layout(config: Gemma4Config) -> list[tuple[str, tuple[int, ...]]]:
+    """Checkpoint names and shapes, in file order (sorted by name, as safetensors files are)."""
+    c = config
+    h, P, L = c.hidden_size, c.hidden_size_per_layer_input, c.num_hidden_layers
+    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    out: dict[str, tuple[int, ...]] = {
+        f"{TEXT_CKPT}embed_tokens.weight": (c.vocab_size, h),
+        f"{TEXT_CKPT}norm.weight": (h,),
+    }
+    if P:
+        out[f"{TEXT_CKPT}embed_tokens_per_layer.weight"] = (c.vocab_size_per_layer_input, L * P)
+        out[f"{TEXT_CKPT}per_layer_model_projection.weight"] = (L * P, h)
+        out[f"{TEXT_CKPT}per_layer_projection_norm.weight"] = (P,)
+    for i in range(L):
+        p, inter = f"{TEXT_CKPT}layers.{i}.", c.layer_intermediate_size(i)
+        out |= {
+            f"{p}self_attn.q_proj.weight": (q, h),
+            f"{p}self_attn.k_proj.weight": (kv, h),
+            f"{p}self_attn.v_proj.weight": (kv, h),
+            f"{p}self_attn.o_proj.weight": (h, q),
+            f"{p}self_attn.q_norm.weight": (c.head_dim,),
+            f"{p}self_attn.k_norm.weight": (c.head_dim,),
+            f"{p}mlp.gate_proj.weight": (inter, h),
+            f"{p}mlp.up_proj.weight": (inter, h),
+            f"{p}mlp.down_proj.weight": (h, inter),
+            f"{p}layer_scalar": (1,),
+        }
+        for norm in _LAYER_NORMS:
+            out[f"{p}{norm}.weight"] = (h,)
+        if P:
+            out[f"{p}per_layer_input_gate.weight"] = (P, h)
+            out[f"{p}per_layer_projection.weight"] = (h, P)
+            out[f"{p}post_per_layer_input_norm.weight"] = (h,)
+    for tower, n, hid, inter in c.towers():
+        out |= _tower_layout(f"model.{tower}.", n, hid, inter)
+    return sorted(out.items())
+
+
+_LAYER_NORMS = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+)
+
+
+def _tower_layout(prefix: str, n: int, hid: int, inter: int) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {
+        f"{prefix}embed.weight": (hid, hid),
+        f"{prefix}post_norm.weight": (hid,),
+        f"{prefix}post_norm.bias": (hid,),
+    }
+    for j in range(n):
+        b = f"{prefix}blocks.{j}."
+        for name, (o, i) in {
+            "attn.query": (hid, hid),
+            "attn.key": (hid, hid),
+            "attn.value": (hid, hid),
+            "attn.out": (hid, hid),
+            "mlp.fc1": (inter, hid),
+            "mlp.fc2": (hid, inter),
+        }.items():
+            out[f"{b}{name}.weight"] = (o, i)
+            out[f"{b}{name}.bias"] = (o,)
+        for norm in ("norm1", "norm2"):
+            out[f"{b}{norm}.weight"] = (hid,)
+            out[f"{b}{norm}.bias"] = (hid,)
+    return out
+
+
+def _values(seed: int, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    # Seeded by name, so a tensor's values do not depend on where it sits in the file.
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def make_checkpoint(
+    config: Gemma4Config, seed: int = 0, *, device: str | torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """Checkpoint-side tensors in file order. ``device="meta"`` allocates nothing."""
+    if device is None:
+        device = torch.empty(0).device  # honours `with torch.device("meta"):`
+    meta = torch.device(device).type == "meta"
+    out = {}
+    for name, shape in checkpoint_layout(config):
+        if meta:
+            out[name] = torch.empty(shape, dtype=config.torch_dtype, device="meta")
+        else:
+            out[name] = _values(seed, name, shape, config.torch_dtype).to(device)
+    return out
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    config: Gemma4Config,
+    *,
+    seed: int = 0,
+    order: Sequence[str] | None = None,
+    progress: bool = False,
+) -> Path:
+    """Write a safetensors file tensor by tensor (memory stays at one tensor).
+
+    ``order`` lays the data out in another order (a permutation of the names), for streams
+    that do not start where sorted files do. ``progress`` shows a tqdm bar over bytes.
+    """
+    from tqdm import tqdm
+
+    layout = dict(checkpoint_layout(config))
+    names = list(layout)
+    if order is not None:
+        if sorted(order) != sorted(names):
+            missing, extra = set(names) - set(order), set(order) - set(names)
+            raise LoadkitError(
+                f"write_checkpoint: order must name every tensor once; missing "
+                f"{sorted(missing)[:3]}, unknown {sorted(extra)[:3]}"
+            )
+        names = list(order)
+    itemsize = DTYPES[_ST_DTYPE[config.dtype]][1]
+    header: dict[str, Any] = {}
+    offset = 0
+    for name in names:
+        n = math.prod(layout[name]) * itemsize
+        header[name] = {
+            "dtype": _ST_DTYPE[config.dtype],
+            "shape": list(layout[name]),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    header["__metadata__"] = {"format": "pt", "loadkit": "gemma4-like"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    with (
+        open(tmp, "wb") as f,
+        tqdm(total=offset, unit="B", unit_scale=True, disable=not progress, desc=path.name) as bar,
+    ):
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for name in names:
+            t = _values(seed, name, layout[name], config.torch_dtype)
+            data = t.reshape(-1).view(torch.uint8).numpy()
+            f.write(data.tobytes())
+            bar.update(data.nbytes)
+    os.replace(tmp, path)
+    return path
+
+
+def write_data_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """The small checkpoint committed in ``data/gemma4_like/`` (default config, seed 0)."""
+    return [write_checkpoint(Path(out_dir) / DATA_DIR_NAME / "model.safetensors", Gemma4Config())]
+
+
+def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
+    """Infer a ``Gemma4Config`` from a checkpoint header (``open_checkpoint(p).tensors``)."""
+    t = _HeaderReader(tensors)
+    vocab, hidden = t.shape(f"{TEXT_CKPT}embed_tokens.weight", 2)
+    layer_ids = sorted(
+        {
+            int(m[1])
+            for k in tensors
+            if (m := re.match(rf"{re.escape(TEXT_CKPT)}layers\.(\d+)\.", k))
+        }
+    )
+    if not layer_ids:
+        t.fail(f"{TEXT_CKPT}layers.0.self_attn.q_proj.weight", "no decoder layers found")
+    if layer_ids != list(range(len(layer_ids))):
+        gap = next(i for i, j in enumerate(layer_ids) if i != j)
+        t.fail(f"{TEXT_CKPT}layers.{gap}.self_attn.q_proj.weight", f"layers {layer_ids} skip {gap}")
+    n_layers = len(layer_ids)
+    p0 = f"{TEXT_CKPT}layers.0."
+    (head_dim,) = t.shape(f"{p0}self_attn.q_norm.weight", 1)
+    heads = t.divide(f"{p0}self_attn.q_proj.weight", head_dim)
+    kv_heads = t.divide(f"{p0}self_attn.k_proj.weight", head_dim)
+    inter = t.shape(f"{p0}mlp.gate_proj.weight", 2)[0]
+    wide = [t.shape(f"{TEXT_CKPT}layers.{i}.mlp.gate_proj.weight", 2)[0] for i in layer_ids]
+    double = sum(1 for w in wide if w == 2 * inter)
+    if (
+        any(w not in (inter, 2 * inter) for w in wide)
+        or wide[n_layers - double :] != [2 * inter] * double
+    ):
+        t.fail(
+            f"{TEXT_CKPT}layers.0.mlp.gate_proj.weight",
+            f"MLP widths per layer {wide} are neither uniform nor double-wide at the end",
+        )
+    ple, ple_vocab = 0, vocab
+    ple_key = f"{TEXT_CKPT}embed_tokens_per_layer.weight"
+    if ple_key in tensors:
+        ple_vocab, width = t.shape(ple_key, 2)
+        if width % n_layers:
+            t.fail(ple_key, f"width {width} is not a multiple of {n_layers} layers")
+        ple = width // n_layers
+    towers: dict[str, Any] = {}
+    for tower in TOWERS:
+        kind, prefix = tower.split("_")[0], f"model.{tower}."
+        blocks = {int(m[1]) for k in tensors if (m := re.match(rf"{prefix}blocks\.(\d+)\.", k))}
+        if blocks:
+            towers[f"{kind}_layers"] = max(blocks) + 1
+            towers[f"{kind}_hidden_size"] = t.shape(f"{prefix}embed.weight", 2)[0]
+            towers[f"{kind}_intermediate_size"] = t.shape(f"{prefix}blocks.0.mlp.fc1.weight", 2)[0]
+    dtype = DTYPES[tensors[f"{TEXT_CKPT}embed_tokens.weight"].dtype][0]
+    try:
+        return Gemma4Config(
+            num_hidden_layers=n_layers,
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=vocab,
+            hidden_size_per_layer_input=ple,
+            vocab_size_per_layer_input=ple_vocab,
+            double_wide_mlp_layers=double,
+            dtype=dtype,
+            **towers,
+        )
+    except LoadkitError as exc:
+        t.fail(f"{TEXT_CKPT}embed_tokens.weight", str(exc))
+
+
+class _HeaderReader:
+    """Shape look-ups that fail with the file, the key and the shapes involved."""
+
+    def __init__(self, tensors: Mapping[str, TensorInfo]) -> None:
+        self.tensors = tensors
+        self.file = next((i.file for i in tensors.values()), "<empty checkpoint>")
+
+    def fail(self, key: str, message: str) -> Any:
+        info = self.tensors.get(key)
+        raise CheckpointError(
+            info.file if info else self.file, f"not a Gemma4-like checkpoint: {message}", key
+        )
+
+    def shape(self, key: str, ndim: int) -> tuple[int, ...]:
+        info = self.tensors.get(key)
+        if info is None:
+            self.fail(key, "the key is missing")
+        if len(info.shape) != ndim:
+            self.fail(key, f"expected a {ndim}-d tensor, found shape {list(info.shape)}")
+        return info.shape
+
+    def divide(self, key: str, head_dim: int) -> int:
+        rows = self.shape(key, 2)[0]
+        if rows % head_dim:
+            self.fail(key, f"shape {[rows, '...']} is not a multiple of head_dim {head_dim}")
+        return rows // head_dim
+
+
+# --- the model side -----------------------------------------------------------------------------
+
+
+def _param(shape: Sequence[int], dtype: torch.dtype) -> nn.Parameter:
+    # Zeros (not empty): anything left unloaded is deterministic. Works under the meta device.
+    return nn.Parameter(torch.zeros(tuple(shape), dtype=dtype), requires_grad=False)
+
+
+class _Weight(nn.Module):
+    """A module holding one ``weight`` (and optionally a ``bias``), named as upstream names it."""
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = _param(shape, dtype)
+        if bias:
+            self.bias = _param(shape[:1], dtype)
+
+
+def packed_weight_loader(name: str, shards: Mapping[ShardId, tuple[int, int]]) -> Any:
+    """A ``weight_loader`` that copies a tensor into its shard's rows, found by ``shard_id``."""
+
+    def load(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+        shard_id = getattr(loaded_weight, "shard_id", None)
+        if shard_id not in shards:
+            got = "no shard_id" if shard_id is None else f"shard_id {shard_id!r}"
+            raise MissingShardIdError(
+                f"Packed parameter '{name}' (shape {list(param.shape)}, shards "
+                f"{list(shards)}) got a weight of shape {list(loaded_weight.shape)} with {got}. "
+                "A stacked mapper rule sets shard_id on the tensor it maps; a clone() made "
+                "after that drops it: map names after cloning, never before."
+            )
+        start, size = shards[shard_id]
+        target = param.data.narrow(0, start, size)
+        if tuple(target.shape) != tuple(loaded_weight.shape):
+            raise ShapeMismatchError(tuple(target.shape), tuple(loaded_weight.shape))
+        target.copy_(loaded_weight)
+
+    load.__qualname__ = f"packed_weight_loader({name})"
+    return load
+
+
+class _Packed(_Weight):
+    def __init__(self, name: str, sizes: Mapping[ShardId, int], cols: int, dtype: torch.dtype):
+        super().__init__((sum(sizes.values()), cols), dtype)
+        shards, start = {}, 0
+        for shard, size in sizes.items():
+            shards[shard] = (start, size)
+            start += size
+        self.weight.weight_loader = packed_weight_loader(f"{name}.weight", shards)
+
+
+class Gemma4Attention(nn.Module):
+    def __init__(self, config: Gemma4Config, prefix: str) -> None:
+        super().__init__()
+        c, dt = config, config.torch_dtype
+        q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        self.qkv_proj = _Packed(f"{prefix}.qkv_proj", {"q": q, "k": kv, "v": kv}, c.hidden_size, dt)
+        self.o_proj = _Weight((c.hidden_size, q), dt)
+        self.q_norm = _Weight((c.head_dim,), dt)
+        self.k_norm = _Weight((c.head_dim,), dt)
+
+
+class Gemma4MLP(nn.Module):
+    def __init__(self, config: Gemma4Config, inter: int, prefix: str) -> None:
+        super().__init__()
+        dt, h = config.torch_dtype, config.hidden_size
+        self.gate_up_proj = _Packed(f"{prefix}.gate_up_proj", {0: inter, 1: inter}, h, dt)
+        self.down_proj = _Weight((h, inter), dt)
+
+
+class Gemma4DecoderLayer(nn.Module):
+    def __init__(self, config: Gemma4Config, index: int, prefix: str) -> None:
+        super().__init__()
+        c, dt, h, P = (
+            config,
+            config.torch_dtype,
+            config.hidden_size,
+            config.hidden_size_per_layer_input,
+        )
+        self.self_attn = Gemma4Attention(c, f"{prefix}.self_attn")
+        self.mlp = Gemma4MLP(c, c.layer_intermediate_size(index), f"{prefix}.mlp")
+        for norm in _LAYER_NORMS:
+            setattr(self, norm, _Weight((h,), dt))
+        if P:
+            self.per_layer_input_gate = _Weight((P, h), dt)
+            self.per_layer_projection = _Weight((h, P), dt)
+            self.post_per_layer_input_norm = _Weight((h,), dt)
+        self.register_buffer("layer_scalar", torch.zeros(1, dtype=dt))  # persistent: loaded
+
+
+class Gemma4TextModel(nn.Module):
+    def __init__(self, config: Gemma4Config, prefix: str = TEXT_PARAM.rstrip(".")) -> None:
+        super().__init__()
+        c, dt, h, P = (
+            config,
+            config.torch_dtype,
+            config.hidden_size,
+            config.hidden_size_per_layer_input,
+        )
+        self.embed_tokens = _Weight((c.vocab_size, h), dt)
+        if P:
+            L = c.num_hidden_layers
+            self.embed_tokens_per_layer = _Weight((c.vocab_size_per_layer_input, L * P), dt)
+            self.per_layer_model_projection = _Weight((L * P, h), dt)
+            self.per_layer_projection_norm = _Weight((P,), dt)
+        self.layers = nn.ModuleList(
+            Gemma4DecoderLayer(c, i, f"{prefix}.layers.{i}") for i in range(c.num_hidden_layers)
+        )
+        self.norm = _Weight((h,), dt)
+
+
+class Gemma4ForCausalLM(nn.Module):
+    """The text model under ``model``; embeddings are tied, so there is no ``lm_head``."""
+
+    def __init__(self, config: Gemma4Config) -> None:
+        super().__init__()
+        self.model = Gemma4TextModel(config)
+
+
+class EncoderTower(nn.Module):
+    """A generic encoder (the full-scale layout's vision and audio towers)."""
+
+    def __init__(self, layers: int, hid: int, inter: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.embed = _Weight((hid, hid), dtype)
+        self.blocks = nn.ModuleList(_EncoderBlock(hid, inter, dtype) for _ in range(layers))
+        self.post_norm = _Weight((hid,), dtype, bias=True)
+
+
+class _EncoderBlock(nn.Module):
+    def __init__(self, hid: int, inter: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.norm1 = _Weight((hid,), dtype, bias=True)
+        self.attn = nn.Module()
+        for name in ("query", "key", "value", "out"):
+            self.attn.add_module(name, _Weight((hid, hid), dtype, bias=True))
+        self.norm2 = _Weight((hid,), dtype, bias=True)
+        self.mlp = nn.Module()
+        self.mlp.fc1 = _Weight((inter, hid), dtype, bias=True)
+        self.mlp.fc2 = _Weight((hid, inter), dtype, bias=True)
+
+
+def hf_to_vllm_mapper_for(config: Gemma4Config) -> WeightsMapper:
+    """The model's ``hf_to_vllm_mapper``: SPEC 7's rule, plus towers and packing if configured."""
+    extra = {f"model.{tower}.": f"{tower}." for tower, *_ in config.towers()}
+    mapper = GEMMA4_MAPPER | WeightsMapper(orig_to_new_prefix=extra) if extra else GEMMA4_MAPPER
+    return mapper | PACKING_MAPPER if config.packing_in_mapper else mapper
+
+
+def load_mapper(config: Gemma4Config) -> WeightsMapper:
+    """Everything ``load_weights`` maps with: the hf_to_vllm_mapper and the packing rules."""
+    return hf_to_vllm_mapper_for(config) | PACKING_MAPPER
+
+
+class Gemma4ForConditionalGeneration(nn.Module):
+    """Parameters ``language_model.model.*``; checkpoint keys ``model.language_model.*``."""
+
+    hf_to_vllm_mapper = GEMMA4_MAPPER
+
+    def __init__(self, config: Gemma4Config | None = None) -> None:
+        super().__init__()
+        self.config = config = config or Gemma4Config()
+        self.language_model = Gemma4ForCausalLM(config)
+        for tower, n, hid, inter in config.towers():
+            setattr(self, tower, EncoderTower(n, hid, inter, config.torch_dtype))
+        mapper = hf_to_vllm_mapper_for(config)
+        if mapper != GEMMA4_MAPPER:
+            self.hf_to_vllm_mapper = mapper
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        # The packing rules run here, once (with the hf_to_vllm_mapper, unless it holds them).
+        return AutoWeightsLoader(self).load_weights(weights, mapper=load_mapper(self.config))
+
+
+def expected_parameters(
+    config: Gemma4Config, checkpoint: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """What each parameter (and buffer) must hold after loading ``checkpoint``: packed shards
+    concatenated in order. The reference tests and notebooks compare a load against."""
+    mapper = load_mapper(config)
+    plain: dict[str, torch.Tensor] = {}
+    packed: dict[str, dict[ShardId, torch.Tensor]] = {}
+    for name, tensor in checkpoint.items():
+        mapped = mapper.map_name_with_shard(name)
+        if mapped is None:
+            continue
+        target, shard = mapped
+        if shard is None:
+            plain[target] = tensor
+        else:
+            packed.setdefault(target, {})[shard] = tensor
+    for target, parts in packed.items():
+        kind = target.rsplit(".", 2)[-2]
+        plain[target] = torch.cat([parts[s] for s in SHARD_ORDER[kind]])
+    return plain
+
+
+def layout_bytes(config: Gemma4Config) -> int:
+    itemsize = DTYPES[_ST_DTYPE[config.dtype]][1]
+    return sum(math.prod(s) * itemsize for _, s in checkpoint_layout(config))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m loadkit.models.gemma4",
+        description="Write a Gemma4-like safetensors checkpoint, tensor by tensor, with progress.",
+    )
+    ap.add_argument("out", type=Path, help="the .safetensors file to write")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="bench")
+    ap.add_argument("--layers", type=int, help="num_hidden_layers (overrides the preset)")
+    ap.add_argument("--hidden", type=int, help="hidden_size (overrides the preset)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    config = PRESETS[args.preset]
+    if args.layers is not None:
+        config = dataclasses.replace(
+            config,
+            num_hidden_layers=args.layers,
+            double_wide_mlp_layers=min(config.double_wide_mlp_layers, args.layers),
+        )
+    if args.hidden is not None:
+        config = dataclasses.replace(config, hidden_size=args.hidden)
+    n = len(checkpoint_layout(config))
+    print(f"{n} tensors, {layout_bytes(config) / 2**30:.3f} GiB -> {args.out}")
+    write_checkpoint(args.out, config, seed=args.seed, progress=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

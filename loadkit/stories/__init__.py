@@ -1,0 +1,5 @@
+"""Scenario functions behind the notebooks: one module per notebook, reachable from tests.
+
+Each module exposes ``main_records() -> dict[str, Record]``: exactly the records the notebook's
+main old/new toggle swaps between.
+"""

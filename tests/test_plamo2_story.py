@@ -1,0 +1,152 @@
+"""The notebook's scenarios (loadkit.stories.plamo2) over the committed data/plamo2 checkpoints."""
+
+import pytest
+import torch
+
+from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM
+from loadkit.stories import plamo2 as story
+from loadkit.viz import figure_data
+
+FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return {tied: story.main_records(tied) for tied in (False, True)}
+
+
+def test_reference_state_is_what_old_and_new_load():
+    for kind in ("untied", "tied"):
+        config, weights = story.config_of(kind), story.read_weights(kind)
+        ref = story.reference_state(config, weights)
+        for behaviour in ("old", "new"):
+            model = story.load(behaviour, config, weights)
+            got = dict(model.named_parameters())
+            assert got.keys() == ref.keys()
+            assert all(torch.equal(got[k], ref[k]) for k in ref), (kind, behaviour)
+
+
+def test_in_proj_source_rows_by_hand():
+    # heads 3, head_dim 4: checkpoint rows per head are [gate 0..3, x 0..3].
+    rows = story.in_proj_source_rows(Plamo2Config())
+    assert rows[:8] == [0, 1, 2, 3, 8, 9, 10, 11]  # gates of heads 0 and 1
+    assert rows[12:16] == [4, 5, 6, 7]  # hidden states of head 0
+    assert sorted(rows) == list(range(24))
+    before, after = story.in_proj_labels(Plamo2Config())
+    assert after == [before[r] for r in rows]
+    assert after[4] == "h1 gate0" and after[12] == "h0 x0"
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_main_records(records, tied):
+    recs = records[tied]
+    assert list(recs) == list(BEHAVIOURS)
+    n = 29 if tied else 30
+    for behaviour, rec in recs.items():
+        s = rec.series[story.DEVIATION]
+        assert len(s.x) == n and rec.outcome["parameters"] == n
+        wrong = {x: y for x, y in zip(s.x, s.y, strict=True) if y}
+        assert set(wrong) == set(rec.outcome["wrong"])
+        if behaviour in ("old", "new"):
+            assert wrong == {}
+        elif behaviour == "moved-verbatim":
+            assert wrong == {"model.norm.weight": 1.0}
+            assert rec.outcome["wrong"] == {"model.norm.weight": -1.0}
+        else:
+            assert set(wrong) == {x for x in s.x if x.endswith(FIVE)} and len(wrong) == 5
+            assert set(wrong.values()) == {1.0} and set(rec.outcome["wrong"].values()) == {1.0}
+        assert rec.outcome["ledger never loaded"] == 0  # the ledger cannot see a wrong value
+    assert recs["old"].outcome["load_weights returned"] == "None"
+    assert recs["new"].outcome["load_weights returned"] == f"set of {n} names"
+
+
+def test_forward_record_changes_exactly_the_wrong_norms():
+    rec = story.forward_record()
+    assert list(rec.series) == list(BEHAVIOURS)
+    nonzero = {b: {x for x, y in zip(s.x, s.y, strict=True) if y} for b, s in rec.series.items()}
+    assert nonzero["old"] == nonzero["new"] == set()
+    assert nonzero["moved-verbatim"] == {"model.norm"}
+    assert nonzero["loose-match"] == {x for x in rec.series["new"].x if x.endswith(
+        ("B_norm", "C_norm", "dt_norm", "q_norm", "k_norm"))}  # fmt: skip
+    # Final norm weight w vs w + 1 on a normalised input: the output shifts by x / rms(x).
+    assert rec.series["moved-verbatim"].y[-1] > 1.0
+
+
+def test_lm_head_overwrite():
+    rec = story.lm_head_overwrite()
+    by_case = {e["case"]: e for e in rec.events}
+    assert list(by_case) == list(story.LM_HEAD_CASES)
+    overwritten = by_case["new, skip_prefixes removed"]
+    assert overwritten["embedding == checkpoint lm_head.weight"] is True
+    assert overwritten["embed_tokens sources"] == ["lm_head.weight"]
+    for case, ev in by_case.items():
+        assert ev["lm_head is embed_tokens"] is True
+        if case != "new, skip_prefixes removed":
+            assert ev["embedding == checkpoint embed_tokens"] is True, case
+    ys = dict(zip(*[rec.series["max |embedding - checkpoint embedding|"].__dict__[k]
+                    for k in ("x", "y")], strict=True))  # fmt: skip
+    assert (
+        ys["new, skip_prefixes removed"] > 0
+        and sum(ys.values()) == ys["new, skip_prefixes removed"]
+    )
+
+
+def test_tables():
+    table = story.delegation_table("new")
+    line = next(row for row in table.splitlines() if row.startswith("model.norm.weight"))
+    assert "Plamo2Model.load_weights" in line and " norm.weight " in line and "+1" in line
+    moved = story.delegation_table("moved-verbatim")
+    line = next(row for row in moved.splitlines() if row.startswith("model.norm.weight"))
+    assert line.endswith("as is")
+    head = next(r for r in table.splitlines() if r.startswith("lm_head.weight"))
+    assert "AutoWeightsLoader, walked" in head
+    assert "... 25 more" in story.delegation_table("old", limit=5)
+    assert "final norm: 'model.norm.weight' in name -> matches nothing" in (
+        story.delegation_picture("moved-verbatim")
+    )
+    loose = story.delegation_picture("loose-match").splitlines()[-1]
+    assert (
+        loose.split(" -> ")[1].count("'") == 12 and "'layers.layers.1.mixer.q_norm.weight'" in loose
+    )
+    assert "'model.' stripped" in story.delegation_picture("new", tied=True)
+    tests = story.final_norm_test_table().splitlines()
+    final = next(r for r in tests if r.startswith("model.norm.weight")).split()
+    assert final[1:] == ["model.norm.weight", "norm.weight", "+1.0", "+1.0", "no", "+1.0"]
+    b_norm = next(r for r in tests if "B_norm_weight" in r).split()
+    assert b_norm[3:] == ["no", "no", "no", "+1.0"]
+    for tied in (False, True):
+        side = story.ledger_side_by_side(tied=tied)
+        assert side.splitlines()[-1] == "same parameters loaded: True; never loaded: old [], new []"
+    assert "skip_prefixes 'lm_head.'" in story.ledger_side_by_side(kind="tied-with-lm-head")
+
+
+def test_controls_swap_behaviour_and_tie(records):
+    fig = story.main_figure(records[False])
+    toggle, tie = story.controls(fig, records)
+    assert toggle.value == "old" and toggle.options == BEHAVIOURS
+    toggle.value = "moved-verbatim"
+    data = figure_data(fig)
+    assert "[moved-verbatim]" in data.splitlines()[0]
+    assert list(fig.data[0].y).count(1.0) == 1 and len(fig.data[0].x) == 30
+    tie.value = True
+    assert "(tied) [moved-verbatim]" in fig.layout.title.text
+    assert len(fig.data[0].x) == 29
+    toggle.value = "loose-match"
+    assert list(fig.data[0].y).count(1.0) == 5
+
+
+def test_missing_data_names_the_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(story, "DATA_DIR", tmp_path)
+    with pytest.raises(story.CheckpointError, match="generate.py"):
+        story.read_weights("tied")
+
+
+def test_in_proj_figure():
+    fig = story.in_proj_figure(Plamo2Config())
+    z = fig.data[0].z
+    assert list(z[0][:8]) == [0] * 8 and list(z[1][:12]) == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_story_models_stay_constructible_on_meta():
+    with torch.device("meta"):
+        Plamo2ForCausalLM(story.config_of("untied"))

@@ -1,0 +1,123 @@
+"""The scenarios behind notebooks/01_pooling_probe.ipynb, and the widgets they drive."""
+
+import pytest
+
+from loadkit.models import gemma4 as g4
+from loadkit.scenario import outcome_table
+from loadkit.stories import pooling_probe as pp
+from loadkit.viz import behaviour_toggle, figure_data
+
+N_KEYS = 73
+
+
+@pytest.fixture(scope="module")
+def records():
+    return pp.main_records()
+
+
+def test_main_records_old_clones_everything_new_one(records):
+    assert list(records) == ["old", "new"]
+    old, new = records["old"], records["new"]
+    for rec in (old, new):
+        assert [len(s.x) for s in rec.series.values()] == [N_KEYS, N_KEYS]
+        assert rec.series["tensors cloned (% of checkpoint)"].x == list(range(1, N_KEYS + 1))
+    assert old.series["tensors cloned (% of checkpoint)"].y[-1] == 100.0
+    assert old.series["bytes cloned (% of checkpoint)"].y[-1] == 100.0
+    assert set(new.series["tensors cloned (% of checkpoint)"].y) == {round(100 / N_KEYS, 2)}
+    assert (old.outcome["clones"], new.outcome["clones"]) == (N_KEYS, 1)
+    assert old.outcome["prefix found"] == "none (no hit)" and new.outcome["prefix found"] == "''"
+    assert old.outcome["values exact"] == new.outcome["values exact"] == "61 of 61"
+    assert new.outcome["cloned"] == "8.0 KiB" and old.outcome["cloned"] == "95.6 KiB"
+    assert [e["clones"] for e in old.events] == list(range(1, N_KEYS + 1))
+
+
+def test_toggle_drives_the_main_figure(records):
+    fig = pp.main_figure(records)
+    toggle = behaviour_toggle(records, fig)
+    assert toggle.value == "old" and list(fig.data[0].y)[-1] == 100.0
+    toggle.value = "new"
+    assert fig.layout.title.text.endswith("[new]")
+    assert list(fig.data[0].y) == records["new"].series["tensors cloned (% of checkpoint)"].y
+    assert "tensors cloned (% of checkpoint): x=[1, 2" in figure_data(fig)
+
+
+def test_outcome_table_has_both_columns(records):
+    table = outcome_table(records).splitlines()
+    assert table[0].split() == ["old", "new"]
+    assert any(line.startswith("clones") and line.split()[-2:] == ["73", "1"] for line in table)
+
+
+def test_clone_protection_records():
+    recs = pp.clone_protection_records()
+    assert list(recs) == ["clone on", "clone off"]
+    on, off = recs["clone on"].outcome, recs["clone off"].outcome
+    assert on["old: parameters corrupted"] == on["new: parameters corrupted"] == "0 of 61"
+    assert off["old: parameters corrupted"] == "60 of 61"
+    assert off["old: intact"] == ["per_layer_projection_norm.weight"]
+    assert off["new: parameters corrupted"] == "0 of 61"
+    fig = pp.clone_figure(recs)
+    assert "old: 60 of 61 parameters with wrong values" in pp.bars_summary(fig)
+    toggle = behaviour_toggle(recs, fig, description="clone")
+    toggle.value = "clone on"
+    assert "old: 0 of 61" in pp.bars_summary(fig)
+
+
+def test_full_scale_records_and_slider():
+    full = pp.full_scale_records()
+    old, new = full["old"].outcome, full["new"].outcome
+    assert old["checkpoint tensors"] == old["clones"] == old["keys walked by the probe"] == 2014
+    assert old["cloned"] == old["checkpoint size"] == "9.535 GiB"
+    assert (new["clones"], new["keys walked by the probe"], new["prefix found"]) == (1, 1, "''")
+    assert old["header-only verdict agrees"] and new["header-only verdict agrees"]
+    fig = pp.full_scale_figure(full)
+    slider = pp.layers_slider(fig)
+    slider.value = 10
+    ends = pp.chart_endpoints(fig)
+    assert ends.startswith("title: Full scale on paper (meta device) [10 text layers]")
+    n10 = 2014 - 17 * 25
+    assert f"old: cloned: {n10} keys read" in ends and f"new: cloned: {n10} keys read" in ends
+    assert "new: cloned: 1589 keys read, ends at 0.000 GiB" in ends
+
+
+def test_layouts_table_shows_why_the_probe_exists():
+    rows = pp.layouts_table().splitlines()
+    assert "'', 1 of 73" in rows[1] and "'model.', 1 of 73" in rows[2]
+    assert "none (no hit), 73 of 73" in rows[3] and rows[3].rstrip().endswith("'', 1 of 73")
+
+
+def test_buffer_reuse_demo():
+    out = pp.buffer_reuse_demo().outcome
+    assert out["held views share one buffer"] is True
+    views = [v for k, v in out.items() if k.startswith("view ")]
+    clones = [v for k, v in out.items() if k.startswith("clone ")]
+    assert views == [False] * 3 and clones == [True] * 3
+
+
+def test_held_packed_run():
+    new = pp.held_packed_run("new").outcome
+    assert new["held before the hit"] == [f"layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
+    assert new["hit at key"].startswith("#3 ") and new["layer 0 qkv_proj exact"]
+    assert new["values exact"] == "61 of 61"
+    assert pp.held_packed_run("old").outcome["values exact"] == "61 of 61"
+
+
+def test_traps():
+    twice = pp.trap_mapping_twice().outcome
+    assert twice["mapped twice"].endswith("gate_gate_up_proj.weight")
+    assert twice["prefix-only mapper (Gemma4), mapped names forwarded"] == "loaded 61 parameters"
+    err = twice["packing mapper, mapped names forwarded"]
+    assert err.startswith("UnknownNameError") and "data/gemma4_like/model.safetensors" in err
+    assert str(g4.REPO_ROOT) not in err  # outputs do not depend on where the repo lies
+    shard = pp.trap_clone_drops_shard_id().outcome
+    assert (shard["shard_id after apply()"], shard["shard_id of its clone()"]) == ("q", None)
+    assert shard["loading the clone"].startswith("MissingShardIdError")
+    assert shard["loading the tagged tensor"] == "ok: 32 of 64 rows of qkv_proj filled"
+
+
+def test_human_bytes():
+    assert [pp.human_bytes(n) for n in (768, 8192, 3 * 2**20, 10238175270)] == [
+        "768 B",
+        "8.0 KiB",
+        "3.0 MiB",
+        "9.535 GiB",
+    ]

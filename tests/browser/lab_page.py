@@ -128,7 +128,9 @@ class NotebookPage:
         return False
 
     def prompts(self) -> list[str]:
-        return [p.strip() for p in self.page.locator(PROMPTS).all_inner_texts()]
+        # textContent, not innerText: cells scrolled out of view are not rendered
+        # (content-visibility), and their innerText is empty.
+        return [(p or "").strip() for p in self.page.locator(PROMPTS).all_text_contents()]
 
     def _menu(self, menu: str, item: str) -> None:
         self._accept_kernel_dialog()
@@ -138,7 +140,12 @@ class NotebookPage:
     def clear_outputs(self) -> None:
         """Saved outputs hold dead widget views and old prompts: clear them before running."""
         self._menu("Edit", "Clear Outputs of All Cells")
-        self._wait(lambda: all(p == "[ ]:" for p in self.prompts()), 10, "cleared prompts")
+        self._wait(
+            lambda: all(p == "[ ]:" for p in self.prompts()),
+            10,
+            "cleared prompts",
+            lambda: f"prompts {self.prompts()}",
+        )
 
     def run_all(self, attempts: int = 4, settle: float = 5.0) -> None:
         """Run > Run All Cells; the first click sometimes does nothing, so retry until it runs."""
@@ -154,7 +161,12 @@ class NotebookPage:
     def wait_run_finished(self, timeout: float = 180.0) -> None:
         """Every code cell has a number and the kernel is idle; else name the cells that failed."""
         try:
-            self._wait(lambda: "[*]:" not in self.prompts(), timeout, "Run All to finish")
+            self._wait(
+                lambda: "[*]:" not in self.prompts(),
+                timeout,
+                "Run All to finish",
+                lambda: f"prompts {self.prompts()}",
+            )
             self.page.wait_for_selector(IDLE, timeout=timeout * 1000)
         except PlaywrightError as exc:
             raise AssertionError(f"the notebook did not finish running: {exc}") from exc
@@ -173,22 +185,29 @@ class NotebookPage:
     # -- the main toggle and the chart it drives -----------------------------------------------
 
     def main_toggle(self) -> Any:
-        toggles = self.page.locator(TOGGLES)
-        toggles.first.wait_for(timeout=30_000)
-        return toggles.first
+        """The first ToggleButtons in the page, scrolled into view as a person would."""
+        toggle = self.page.locator(TOGGLES).first
+        toggle.wait_for(timeout=30_000)
+        toggle.scroll_into_view_if_needed()
+        return toggle
 
     def toggle_labels(self) -> list[str]:
         buttons = self.main_toggle().locator("button.widget-toggle-button")
-        return [t.strip() for t in buttons.all_inner_texts()]
+        return [(t or "").strip() for t in buttons.all_text_contents()]
 
     def active_label(self) -> str | None:
         active = self.main_toggle().locator("button.widget-toggle-button.mod-active")
-        return active.first.inner_text().strip() if active.count() else None
+        return (active.first.text_content() or "").strip() if active.count() else None
 
     def click_toggle(self, label: str) -> None:
         button = self.main_toggle().get_by_role("button", name=label, exact=True)
         button.click()
-        self._wait(lambda: self.active_label() == label, 10, f"toggle button {label!r} pressed")
+        self._wait(
+            lambda: self.active_label() == label,
+            10,
+            f"toggle button {label!r} pressed",
+            lambda: f"{self.active_label()!r} pressed",
+        )
 
     def chart_state(self) -> dict[str, Any]:
         plot = self.page.locator(PLOT).first
@@ -232,9 +251,10 @@ class NotebookPage:
                 f"  console errors ({len(self.errors)}): {log}" + (f"\n  {extra}" if extra else "")
             ) from None
 
-    def _wait(self, ok: Any, timeout: float, what: str) -> None:
+    def _wait(self, ok: Any, timeout: float, what: str, seen: Any = None) -> None:
         deadline = time.monotonic() + timeout
         while not ok():
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+                where = f"; page shows {seen()}" if seen else ""
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{where}")
             time.sleep(0.1)

@@ -33,10 +33,14 @@ else:
     SKIP_REASON = None
 
 
+BROWSER_FIXTURES = {"browser", "lab", "open_notebook"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if SKIP_REASON:
         for item in items:
-            if HERE in Path(item.path).parents:
+            uses_browser = BROWSER_FIXTURES & set(getattr(item, "fixturenames", ()))
+            if HERE in Path(item.path).parents and uses_browser:
                 item.add_marker(pytest.mark.skip(reason=f"browser tests skipped: {SKIP_REASON}"))
 
 

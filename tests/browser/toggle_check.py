@@ -6,6 +6,7 @@ The expectation is computed by the library, from the story's records, with the s
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Any
@@ -61,9 +62,38 @@ def title_shows(title: str, behaviour: str) -> bool:
     return title == behaviour or title.endswith(f" [{behaviour}]")
 
 
-def _short(traces: list[dict[str, Any]], limit: int = 1200) -> str:
-    text = "\n".join(f"    {t}" for t in traces)
-    return text if len(text) <= limit else text[:limit] + " ..."
+_MISSING = object()
+
+
+def _preview(values: list[Any], start: int, n: int = 6) -> str:
+    """``n`` values from index ``start`` on, and how many there are in all."""
+    part = ", ".join(repr(v) for v in values[start : start + n])
+    more = ", ..." if len(values) > start + n else ""
+    return f"[{'..., ' if start else ''}{part}{more}] ({len(values)} points)"
+
+
+def describe_difference(shown: list[dict[str, Any]], expected: list[dict[str, Any]]) -> str:
+    """Where the page's traces part from the library's, trace by trace, in a few lines."""
+    names = ([t["name"] for t in shown], [t["name"] for t in expected])
+    if names[0] != names[1]:
+        return f"    page traces {names[0]}, library traces {names[1]}"
+    lines = []
+    for page, lib in zip(shown, expected, strict=True):
+        for key in ("type", "mode", "x", "y"):
+            if page[key] == lib[key]:
+                continue
+            if key in ("type", "mode"):
+                lines.append(f"    {page['name']!r}: {key} {page[key]!r}, library {lib[key]!r}")
+                continue
+            pairs = itertools.zip_longest(page[key], lib[key], fillvalue=_MISSING)
+            diff = [i for i, (a, b) in enumerate(pairs) if a != b]
+            lines.append(
+                f"    {page['name']!r}: {key} differs at {len(diff)} of {len(lib[key])} points"
+                f" (first at index {diff[0]})\n"
+                f"      page    {_preview(page[key], diff[0])}\n"
+                f"      library {_preview(lib[key], diff[0])}"
+            )
+    return "\n".join(lines) or "    traces equal (only the title differs)"
 
 
 def click_order(options: list[str]) -> list[str]:
@@ -99,8 +129,8 @@ def assert_toggle_drives_chart(
                     f"after clicking {behaviour!r} on the main toggle, the first chart in the page "
                     f"did not follow within {timeout:g} s.\n"
                     f"  page title: {state['title']!r} (expected it to end in [{behaviour}])\n"
-                    f"  page traces:\n{_short(shown)}\n"
-                    f"  library's traces for records[{behaviour!r}]:\n{_short(expected[behaviour])}"
+                    f"  page traces against the library's for records[{behaviour!r}]:\n"
+                    + describe_difference(shown, expected[behaviour])
                 )
             time.sleep(0.1)
     return clicked

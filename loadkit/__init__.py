@@ -28,6 +28,10 @@ _EXPORTS = {
     "Plamo2ForCausalLM": "loadkit.models.plamo2",
     "as_pooling_model": "loadkit.pooling",
     "ProbeRecord": "loadkit.pooling",
+    "record_metadata_for_reloading": "loadkit.reload",
+    "initialize_layerwise_reload": "loadkit.reload",
+    "finalize_layerwise_reload": "loadkit.reload",
+    "reload_log": "loadkit.reload",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -181,7 +181,7 @@ class AutoWeightsLoader:
                 raise exc.with_name(prefix, weight_source(entry, tensor)) from None
             except LoadkitError:
                 raise
-            except (AssertionError, RuntimeError, TypeError, IndexError) as exc:
+            except Exception as exc:  # a custom loader's bare error gets the name, key and shapes
                 raise WeightLoadError(
                     prefix,
                     tuple(param.shape),

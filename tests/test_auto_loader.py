@@ -148,6 +148,14 @@ def test_failing_custom_loader_gets_context():
     with pytest.raises(WeightLoadError, match=r"embed\.weight.*boom"):
         AutoWeightsLoader(model).load_weights([("embed.weight", torch.ones(5, 3))])
 
+    def wants_shard_id(param, loaded_weight):
+        return loaded_weight.shard_id  # upstream-style packed loader, handed an unmapped weight
+
+    model.embed.weight.weight_loader = wants_shard_id
+    with pytest.raises(WeightLoadError, match=r"embed\.weight.*\[5, 3\].*AttributeError") as exc:
+        AutoWeightsLoader(model).load_weights([("embed.weight", torch.ones(5, 3))])
+    assert isinstance(exc.value.__cause__, AttributeError)
+
 
 def test_param_weight_loader_attribute_used():
     model = Net()

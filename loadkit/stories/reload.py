@@ -1,0 +1,439 @@
+"""The layerwise-reload story (notebook 03): a NemotronH-like model reloaded in place.
+
+A run loads ``data/nemotron_h/initial.safetensors`` (seed 0), records the metadata, then reloads
+``update-<order>.safetensors`` (seed 1, the "RL update") layerwise under one behaviour, through the
+model's own ``load_weights``. It keeps the reload log, every parameter's fate, the live storage
+pointers and the logits of a fixed prompt. Records turn a run into chart series for a chosen set
+of layers; ``main_records()`` is what the notebook's old/new toggle swaps between.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from loadkit.checkpoint import open_checkpoint
+from loadkit.counting import CopyCounter, get_numel_loaded
+from loadkit.ledger import ledger_of
+from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
+from loadkit.reload import (
+    ReloadStep,
+    finalize_layerwise_reload,
+    initialize_layerwise_reload,
+    record_metadata_for_reloading,
+    reload_log,
+)
+from loadkit.scenario import Record, Series
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "nemotron_h"
+PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8])
+MIXERS = "mamba mixers"
+ORDER_LABELS = {
+    "d-last": "D last (A_log, dt_bias, D)",
+    "d-first": "D first (D, A_log, dt_bias)",
+    "shuffled": "shuffled by layer",
+}
+
+LOADED, DROPPED, NAN, KEPT = "loaded", "dropped → NaN", "NaN (not loaded)", "kept (not in update)"
+STATUSES = (LOADED, DROPPED, NAN, KEPT)
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("model.")
+
+
+@dataclass
+class ReloadRun:
+    """What one reload did to the live model."""
+
+    behaviour: str
+    order: str
+    steps: list[ReloadStep]
+    status: dict[str, str]  # parameter (short name) -> one of STATUSES
+    blocks: list[str]  # "layers.0 (M)", ...
+    pointers_kept: bool
+    logits_nan: int  # NaN logits out of logits_total
+    logits_total: int
+    nan_per_token: list[int]  # NaN logits at each prompt position (of vocab_size)
+    max_error: float  # largest |logit - fresh load's logit| where not NaN
+    partly_loaded: list[str]
+    ledger_never_loaded: int  # what AutoWeightsLoader's ledger saw: drops happen below it
+    warnings: list[str] = field(default_factory=list)
+
+    def layer_names(self, pick: str = MIXERS) -> list[str]:
+        """Layers (modules with direct parameters) the chart shows for a picker choice."""
+        layers = list(dict.fromkeys(s.layer for s in self.steps))
+        if pick == MIXERS:
+            return [n for n in layers if n.endswith(".mixer")]
+        block = pick.split(" ")[0]
+        return [n for n in layers if _short(n).startswith(block + ".")]
+
+
+def _model_and_initial() -> NemotronHForCausalLM:
+    initial = open_checkpoint(DATA / "initial.safetensors")
+    model = NemotronHForCausalLM(config_from_checkpoint(initial.tensors))
+    model.load_weights(initial.weights())
+    return model
+
+
+@functools.lru_cache(maxsize=3)
+def _fresh_logits(order: str) -> torch.Tensor:
+    """Logits of a model loaded from the update the ordinary way (no reload): the reference."""
+    model = _model_and_initial()
+    model.load_weights(open_checkpoint(DATA / f"update-{order}.safetensors").weights())
+    return model(PROMPT)
+
+
+@functools.lru_cache(maxsize=8)
+def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
+    """Reload the update in ``order`` into a running model under ``behaviour`` (cached)."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    model = _model_and_initial()
+    record_metadata_for_reloading(model)
+    pointers = {n: p.data_ptr() for n, p in model.named_parameters()}
+    update = open_checkpoint(DATA / f"update-{order}.safetensors")
+    initialize_layerwise_reload(model, behaviour=behaviour)  # type: ignore[arg-type]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.load_weights(update.weights())
+        partly = finalize_layerwise_reload(model)
+    steps = reload_log(model)
+    dropped = {f"{s.layer}.{s.parameter}" for s in steps if s.dropped}
+    counted = {f"{s.layer}.{s.parameter}" for s in steps if not s.dropped and s.parameter}
+    status = {}
+    for name, p in model.named_parameters():
+        if name in dropped:
+            status[_short(name)] = DROPPED
+        elif bool(torch.isnan(p).any()):
+            status[_short(name)] = NAN
+        else:
+            status[_short(name)] = LOADED if name in counted else KEPT
+    logits, ref = model(PROMPT), _fresh_logits(order)
+    finite = ~torch.isnan(logits)
+    pattern = model.config.hybrid_override_pattern
+    return ReloadRun(
+        behaviour=behaviour,
+        order=order,
+        steps=steps,
+        status=status,
+        blocks=[f"layers.{i} ({k})" for i, k in enumerate(pattern)],
+        pointers_kept=all(p.data_ptr() == pointers[n] for n, p in model.named_parameters()),
+        logits_nan=int((~finite).sum()),
+        logits_total=logits.numel(),
+        nan_per_token=[int(n) for n in (~finite).sum(-1)],
+        max_error=float((logits[finite] - ref[finite]).abs().max()) if finite.any() else 0.0,
+        partly_loaded=[_short(n) for n in partly],
+        ledger_never_loaded=len(ledger_of(model).never_loaded),
+        warnings=[f"{w.category.__name__}: {w.message}" for w in caught],
+    )
+
+
+def counter_record(run: ReloadRun, pick: str = MIXERS) -> Record:
+    """Chart series: each chosen layer's running count per load step, totals, finals, drops."""
+    rec = Record(run.behaviour)
+    layers = run.layer_names(pick)
+    totals: dict[str, list] = {"x": [], "y": []}
+    for layer in layers:
+        own = [s for s in run.steps if s.layer == layer and s.parameter]
+        for s in own:
+            rec.add_point(_short(layer), s.step, s.running)
+        rec.series[_short(layer)].text = [
+            f"{s.parameter} {'dropped' if s.dropped else f'+{s.counted}'}" for s in own
+        ]
+        totals["x"] += [own[0].step, own[-1].step, None]
+        totals["y"] += [own[0].total, own[0].total, None]
+    rec.series["total"] = Series(totals["x"][:-1], totals["y"][:-1], mode="lines")
+    chosen = set(layers)
+    for label, pick_step in (
+        ("finalised", lambda s: s.finalised),
+        ("dropped (excessive)", lambda s: s.dropped),
+    ):
+        hits = [s for s in run.steps if s.layer in chosen and pick_step(s)]
+        rec.series[label] = Series(
+            [s.step for s in hits],
+            [s.running for s in hits],
+            mode="markers",
+            text=[f"{_short(s.layer)}.{s.parameter}" for s in hits],
+        )
+    rec.events = [asdict(s) | {"layer": _short(s.layer)} for s in run.steps]
+    rec.outcome = outcome(run)
+    return rec
+
+
+def outcome(run: ReloadRun) -> dict[str, Any]:
+    """The findings of a run, for the side-by-side table."""
+    dropped = [n for n, s in run.status.items() if s == DROPPED]
+    return {
+        "order": run.order,
+        "loads counted": sum(1 for s in run.steps if s.parameter and not s.dropped),
+        "layers finalised": sum(1 for s in run.steps if s.finalised),
+        "loads dropped": len(dropped),
+        "dropped": ", ".join(dropped) or "-",
+        "NaN parameters": sum(1 for s in run.status.values() if s in (DROPPED, NAN)),
+        "NaN logits": f"{run.logits_nan}/{run.logits_total}",
+        "max |logit - fresh|": run.max_error if run.logits_nan < run.logits_total else "all NaN",
+        "live storage kept": run.pointers_kept,
+        "ledger: never loaded": run.ledger_never_loaded,
+    }
+
+
+def records(order: str = "d-last", pick: str = MIXERS) -> dict[str, Record]:
+    """Old and new records for one checkpoint order and layer choice."""
+    return {b: counter_record(run_reload(b, order), pick) for b in ("old", "new")}
+
+
+def main_records() -> dict[str, Record]:
+    """Exactly what the notebook's main toggle starts with: order "d-last", the mamba mixers."""
+    return records("d-last", MIXERS)
+
+
+def status_grid(run: ReloadRun) -> tuple[list[str], list[str], list[list[int]], list[list[str]]]:
+    """Rows (blocks), columns (parameter names within a block), status codes and cell labels.
+
+    Codes index ``STATUSES``; -1 marks a parameter the block does not have.
+    """
+    rows = [b.split(" ")[0] for b in run.blocks]
+    cols: list[str] = []
+    for name in run.status:
+        if name.startswith("layers."):
+            rest = name.split(".", 2)[2]
+            if rest not in cols:
+                cols.append(rest)
+    codes, labels = [], []
+    for r in rows:
+        states = [run.status.get(f"{r}.{c}") for c in cols]
+        codes.append([STATUSES.index(s) if s else -1 for s in states])
+        labels.append([s or "" for s in states])
+    return rows, cols, codes, labels
+
+
+def grid_text(run: ReloadRun) -> str:
+    """The status grid as text: only the cells that are not plainly loaded."""
+    rows, cols, _, labels = status_grid(run)
+    lines = [f"[{run.behaviour}, {run.order}] parameters not loaded as sent:"]
+    for r, row in zip(rows, labels, strict=True):
+        bad = [f"{c}: {s}" for c, s in zip(cols, row, strict=True) if s and s != LOADED]
+        if bad:
+            lines.append(f"  {r}: " + "; ".join(bad))
+    if len(lines) == 1:
+        lines.append("  none: every parameter holds the value it was sent")
+    return "\n".join(lines)
+
+
+def layer_steps(run: ReloadRun, layer: str) -> str:
+    """One layer's steps as a table (layer given without the "model." prefix)."""
+    lines = [f"{'step':>4}  {'parameter':<10} {'counted':>7} {'running':>7} {'total':>5}  event"]
+    for s in run.steps:
+        if _short(s.layer) == layer:
+            event = "DROPPED" if s.dropped else ("finalised" if s.finalised else "")
+            lines.append(
+                f"{s.step:>4}  {s.parameter or '-':<10} {s.counted:>7} {s.running:>7} "
+                f"{s.total:>5}  {event}"
+            )
+    return "\n".join(lines)
+
+
+def forward_text(run: ReloadRun) -> str:
+    """The verdict on the logits of the reloaded model, against a fresh load of the update."""
+    head = f"[{run.behaviour}, {run.order}] forward on {len(PROMPT)} tokens: "
+    if run.logits_nan == run.logits_total:
+        return head + f"NaN logits (all {run.logits_total})"
+    verdict = "NaN logits" if run.logits_nan else "finite logits"
+    return head + (
+        f"{verdict} ({run.logits_nan}/{run.logits_total} NaN), "
+        f"max |logit - fresh load| = {run.max_error:.3g}"
+    )
+
+
+def composed_loader_copies() -> str:
+    """How often A's composed loader copies, and what each behaviour counts for it."""
+    from loadkit.models.nemotron_h import NemotronHForCausalLM as Model
+
+    with torch.device("meta"):
+        a = Model().model.layers[0].mixer.A
+    a_log = torch.zeros(a.shape)
+    lines = []
+    with CopyCounter() as counter:
+        a.weight_loader(a, a_log)
+    lines.append(
+        f"A has {a.numel()} elements; its composed loader made {counter.count} copies "
+        f"writing {counter.copied_numel} elements"
+    )
+    for behaviour in ("old", "new"):
+        bound = inspect.signature(a.weight_loader).bind(a, a_log)
+        n, _ = get_numel_loaded(a.weight_loader, bound, behaviour=behaviour)  # type: ignore[arg-type]
+        lines.append(f"get_numel_loaded(..., behaviour={behaviour!r}) -> {n}")
+    return "\n".join(lines)
+
+
+# --- plotly (the notebooks extra), imported on use -----------------------------------------------
+
+_COLOURS = {-1: "#f2f2f2", 0: "#4c9f70", 1: "#d1495b", 2: "#edae49", 3: "#8d99ae"}
+
+
+def grid_figure(run: ReloadRun) -> Any:
+    """A FigureWidget heatmap of every parameter's fate, block by block."""
+    import plotly.graph_objects as go
+
+    fig = go.FigureWidget()
+    update_grid_figure(fig, run)
+    fig.update_layout(template="plotly_white", height=320, margin={"l": 80, "r": 20, "t": 50})
+    return fig
+
+
+def update_grid_figure(fig: Any, run: ReloadRun) -> None:
+    import plotly.graph_objects as go
+
+    rows, cols, codes, labels = status_grid(run)
+    scale = []
+    keys = sorted(_COLOURS)
+    for i, k in enumerate(keys):  # a discrete colour scale over codes -1..3
+        lo, hi = i / len(keys), (i + 1) / len(keys)
+        scale += [[lo, _COLOURS[k]], [hi, _COLOURS[k]]]
+    with fig.batch_update():
+        fig.data = ()
+        fig.add_trace(
+            go.Heatmap(
+                z=codes,
+                x=cols,
+                y=rows,
+                text=labels,
+                hovertemplate="%{y}.%{x}: %{text}<extra></extra>",
+                zmin=-1.5,
+                zmax=3.5,
+                colorscale=scale,
+                showscale=False,
+                xgap=2,
+                ygap=2,
+            )
+        )
+        fig.layout.title.text = (
+            f"parameters after the reload [{run.behaviour}, {run.order}]: "
+            "green loaded, red dropped → NaN"
+        )
+        fig.layout.yaxis.autorange = "reversed"
+
+
+def forward_figure(run: ReloadRun) -> Any:
+    """A FigureWidget: per prompt token, how many of its logits are finite and how many NaN."""
+    import plotly.graph_objects as go
+
+    fig = go.FigureWidget()
+    update_forward_figure(fig, run)
+    fig.update_layout(
+        template="plotly_white",
+        barmode="stack",
+        height=260,
+        xaxis_title="prompt position",
+        yaxis_title="logits",
+        margin={"t": 50},
+    )
+    return fig
+
+
+def update_forward_figure(fig: Any, run: ReloadRun) -> None:
+    import plotly.graph_objects as go
+
+    positions = list(range(len(run.nan_per_token)))
+    vocab = run.logits_total // max(len(positions), 1)
+    with fig.batch_update():
+        fig.data = ()
+        fig.add_trace(
+            go.Bar(
+                name="finite",
+                x=positions,
+                y=[vocab - n for n in run.nan_per_token],
+                marker_color=_COLOURS[0],
+            )
+        )
+        fig.add_trace(
+            go.Bar(name="NaN", x=positions, y=run.nan_per_token, marker_color=_COLOURS[1])
+        )
+        fig.layout.title.text = forward_text(run)
+
+
+def grid_data(fig: Any) -> str:
+    """The grid's cells as text, for nbval."""
+    tr = fig.data[0]
+    codes = ", ".join(f"{i} {s}" for i, s in enumerate(STATUSES))
+    lines = [f"title: {fig.layout.title.text}", f"codes: {codes}, -1 absent"]
+    lines.append(f"columns: {list(tr.x)}")
+    for r, row in zip(tr.y, tr.z, strict=True):
+        lines.append(f"{r}: {list(row)}")
+    return "\n".join(lines)
+
+
+@dataclass
+class Explorer:
+    """The notebook's widgets, wired: behaviour toggle, order, layer picker, two figures, text."""
+
+    records: dict[str, Record]
+    toggle: Any
+    order: Any
+    picker: Any
+    counter: Any  # the FigureWidget the toggle drives
+    logits: Any  # finite / NaN logits per prompt token
+    grid: Any
+    box: Any
+
+    def run(self) -> ReloadRun:
+        return run_reload(self.toggle.value, self.order.value)
+
+    def state(self) -> str:
+        """Everything the widgets show, as text (what nbval compares)."""
+        from loadkit.viz import figure_data
+
+        return "\n".join(
+            [figure_data(self.counter), figure_data(self.logits), grid_data(self.grid)]
+        )
+
+
+def explorer() -> Explorer:
+    """Build the widgets; they start on ``main_records()`` (old, d-last, mamba mixers)."""
+    import ipywidgets as widgets
+
+    from loadkit.viz import behaviour_toggle, figure, show_record
+
+    recs = main_records()
+    counter = figure(
+        recs["old"],
+        title="loaded-element counter per layer",
+        xaxis="load step (every weight-loader call of the reload)",
+        yaxis="elements counted",
+        layout={"height": 420, "yaxis": {"rangemode": "tozero"}},
+    )
+    grid = grid_figure(run_reload("old", "d-last"))
+    logits = forward_figure(run_reload("old", "d-last"))
+    order = widgets.Dropdown(
+        options=[(label, key) for key, label in ORDER_LABELS.items()],
+        value="d-last",
+        description="order",
+    )
+    picker = widgets.Dropdown(
+        options=[MIXERS, *run_reload("old", "d-last").blocks], value=MIXERS, description="layers"
+    )
+
+    def refresh(record: Record) -> None:
+        run = run_reload(record.behaviour, order.value)
+        update_grid_figure(grid, run)
+        update_forward_figure(logits, run)
+
+    toggle = behaviour_toggle(recs, counter, on_change=refresh)
+
+    def rebuild(_: Any = None) -> None:
+        recs.update(records(order.value, picker.value))  # the toggle reads this same dict
+        show_record(counter, recs[toggle.value])
+        refresh(recs[toggle.value])
+
+    order.observe(rebuild, names="value")
+    picker.observe(rebuild, names="value")
+    refresh(recs[toggle.value])
+    box = widgets.VBox([toggle, widgets.HBox([order, picker]), counter, logits, grid])
+    return Explorer(recs, toggle, order, picker, counter, logits, grid, box)

@@ -1,0 +1,226 @@
+import filecmp
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from loadkit import ledger_of, open_checkpoint
+from loadkit.errors import CheckpointError, LoadkitError
+from loadkit.models.nemotron_h import (
+    ORDERS,
+    NemotronHConfig,
+    NemotronHForCausalLM,
+    config_from_checkpoint,
+    make_checkpoint,
+    write_data_checkpoints,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def loaded_model(config=None, seed=0, order="d-last"):
+    m = NemotronHForCausalLM(config)
+    m.load_weights(make_checkpoint(m.config, seed=seed, order=order).items())
+    return m
+
+
+def test_mamba_mixer_layer_holds_exactly_a_d_dt_bias():
+    m = NemotronHForCausalLM()
+    mixer = m.model.layers[0].mixer
+    assert list(mixer._parameters) == ["A", "D", "dt_bias"]
+    assert {p.numel() for p in mixer._parameters.values()} == {4}
+    assert set(dict(mixer.named_children())) == {"in_proj", "conv1d", "norm", "out_proj"}
+    assert mixer.A.weight_loader.__qualname__.startswith("composed_weight_loader")
+    assert m.config.hybrid_override_pattern.count("M") >= 2
+    kinds = {type(b.mixer).__name__ for b in m.model.layers}
+    assert kinds == {"MambaMixer2", "NemotronHMLP", "NemotronHAttention"}
+
+
+def test_constructible_on_meta():
+    with torch.device("meta"):
+        m = NemotronHForCausalLM(NemotronHConfig(hidden_size=4096, vocab_size=100_000))
+    assert all(p.is_meta for p in m.parameters())
+    assert m.lm_head.weight.shape == (100_000, 4096)
+
+
+def test_to_empty_keeps_the_custom_loaders():
+    with torch.device("meta"):
+        m = NemotronHForCausalLM()
+    m.to_empty(device="cpu")  # makes new Parameter objects
+    assert m.model.layers[0].mixer.A.weight_loader.__qualname__.startswith("composed")
+    assert m.model.layers[2].mixer.qkv_proj.weight.weight_loader.__name__ == "qkv_weight_loader"
+    m.load_weights(make_checkpoint().items())
+    assert torch.isfinite(m(torch.arange(4))).all()
+
+
+def test_load_fills_every_parameter_and_a_is_minus_exp_a_log():
+    ck = make_checkpoint(seed=3)
+    m = NemotronHForCausalLM()
+    loaded = m.load_weights({k: v.clone() for k, v in ck.items()}.items())
+    assert loaded == set(dict(m.named_parameters()))
+    assert ledger_of(m).never_loaded == []
+    assert torch.equal(m.model.layers[0].mixer.A, -torch.exp(ck["backbone.layers.0.mixer.A_log"]))
+    qkv = m.model.layers[2].mixer.qkv_proj.weight
+    q, k, v = (ck[f"backbone.layers.2.mixer.{n}_proj.weight"] for n in "qkv")
+    assert torch.equal(qkv, torch.cat([q, k, v]))
+
+
+def test_orders_change_key_order_only():
+    base = make_checkpoint(seed=1)
+    heads = lambda ck: [k.rsplit(".", 1)[1] for k in ck if k.startswith("backbone.layers.0.mixer.")]  # noqa: E731
+    for order in ORDERS:
+        ck = make_checkpoint(seed=1, order=order)
+        assert set(ck) == set(base)
+        assert all(torch.equal(ck[k], base[k]) for k in base)
+    d_last = [h for h in heads(make_checkpoint(order="d-last")) if h in ("A_log", "dt_bias", "D")]
+    d_first = [h for h in heads(make_checkpoint(order="d-first")) if h in ("A_log", "dt_bias", "D")]
+    assert d_last == ["A_log", "dt_bias", "D"] and d_first == ["D", "A_log", "dt_bias"]
+    assert list(make_checkpoint(order="shuffled")) != list(base)
+    assert list(make_checkpoint(order="shuffled")) == list(make_checkpoint(order="shuffled"))
+    with pytest.raises(ValueError, match="order"):
+        make_checkpoint(order="random")
+
+
+def test_seeds_differ_and_repeat():
+    a, b = make_checkpoint(seed=0), make_checkpoint(seed=1)
+    assert not torch.equal(a["backbone.layers.0.mixer.D"], b["backbone.layers.0.mixer.D"])
+    assert all(torch.equal(v, make_checkpoint(seed=0)[k]) for k, v in a.items())
+
+
+def test_forward_is_finite_causal_and_nan_through_d():
+    m = loaded_model()
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    out = m(ids)
+    assert out.shape == (8, m.config.vocab_size) and torch.isfinite(out).all()
+    changed = ids.clone()
+    changed[5] = 7
+    out2 = m(changed)
+    assert torch.equal(out[:5], out2[:5]) and not torch.equal(out[5:], out2[5:])  # causal
+    with torch.no_grad():
+        m.model.layers[4].mixer.D.fill_(float("nan"))
+    assert torch.isnan(m(ids)).all()
+
+
+def test_d_skip_term_enters_the_output():
+    m = loaded_model()
+    ids = torch.arange(6)
+    before = m(ids)
+    with torch.no_grad():
+        m.model.layers[0].mixer.D.add_(0.5)
+    assert not torch.allclose(before, m(ids))
+
+
+def test_data_checkpoints_match_a_fresh_generation(tmp_path):
+    written = write_data_checkpoints(tmp_path)
+    assert [p.name for p in written] == [
+        "initial.safetensors",
+        *(f"update-{o}.safetensors" for o in ORDERS),
+    ]
+    for p in written:
+        assert filecmp.cmp(p, DATA / "nemotron_h" / p.name, shallow=False), p.name
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_data_files_stream_in_their_order_and_read_with_safetensors(order):
+    path = DATA / "nemotron_h" / f"update-{order}.safetensors"
+    expect = make_checkpoint(seed=1, order=order)
+    names = [n for n, _ in open_checkpoint(path).weights()]
+    assert names == list(expect)
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["order"] == order
+        for k in f.keys():
+            assert torch.equal(f.get_tensor(k), expect[k])
+
+
+def test_config_from_checkpoint_round_trips_default_data():
+    cfg = config_from_checkpoint(
+        open_checkpoint(DATA / "nemotron_h" / "initial.safetensors").tensors
+    )
+    assert cfg == NemotronHConfig()
+
+
+def shapes(model):
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        NemotronHConfig(
+            hidden_size=24,
+            hybrid_override_pattern="M*M-",
+            mamba_num_heads=6,
+            mamba_head_dim=2,
+            n_groups=2,
+            ssm_state_size=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=6,
+            use_conv_bias=False,
+            dtype="bfloat16",
+        ),
+        NemotronHConfig(hybrid_override_pattern="-*"),
+    ],
+)
+def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
+    from loadkit.models.nemotron_h import _save_in_order
+
+    path = _save_in_order(make_checkpoint(cfg), tmp_path / "m.safetensors")
+    inferred = config_from_checkpoint(open_checkpoint(path).tensors)
+    assert (
+        inferred.dtype == cfg.dtype
+        and inferred.hybrid_override_pattern == cfg.hybrid_override_pattern
+    )
+    with torch.device("meta"):
+        assert shapes(NemotronHForCausalLM(inferred)) == shapes(NemotronHForCausalLM(cfg))
+    # model-side names (after the mapper) infer the same shapes
+    m = NemotronHForCausalLM(cfg)
+    m.load_weights(make_checkpoint(cfg).items())
+    model_side = _save_in_order(
+        {n: p.detach() for n, p in m.named_parameters()}, tmp_path / "v.safetensors"
+    )
+    again = config_from_checkpoint(open_checkpoint(model_side).tensors)
+    with torch.device("meta"):
+        assert shapes(NemotronHForCausalLM(again)) == shapes(m)
+
+
+def test_config_from_checkpoint_errors_name_file_and_key(tmp_path):
+    from loadkit.models.nemotron_h import _save_in_order
+
+    ck = make_checkpoint()
+    no_embed = {k: v for k, v in ck.items() if "embeddings" not in k}
+    path = _save_in_order(no_embed, tmp_path / "a.safetensors")
+    with pytest.raises(CheckpointError, match=r"a\.safetensors.*embeddings\.weight"):
+        config_from_checkpoint(open_checkpoint(path).tensors)
+    gap = {k: v for k, v in ck.items() if ".layers.1." not in k}
+    path = _save_in_order(gap, tmp_path / "b.safetensors")
+    with pytest.raises(LoadkitError, match=r"not 0\.\.n-1"):
+        config_from_checkpoint(open_checkpoint(path).tensors)
+    bad = dict(ck)
+    bad["backbone.layers.0.mixer.in_proj.weight"] = torch.zeros(5, 16)
+    path = _save_in_order(bad, tmp_path / "c.safetensors")
+    with pytest.raises(LoadkitError, match=r"layers\.0.*in_proj rows 5"):
+        config_from_checkpoint(open_checkpoint(path).tensors)
+    no_norm = {k: v for k, v in ck.items() if k != "backbone.layers.0.mixer.norm.weight"}
+    path = _save_in_order(no_norm, tmp_path / "d.safetensors")
+    with pytest.raises(LoadkitError, match=r"layers\.0\.mixer\.norm\.weight"):
+        config_from_checkpoint(open_checkpoint(path).tensors)
+
+
+def test_bad_shard_id_and_shape_are_clear_errors():
+    m = NemotronHForCausalLM()
+    w = m.model.layers[2].mixer.qkv_proj.weight
+    with pytest.raises(ValueError, match="shard id"):
+        w.weight_loader(w, torch.zeros(16, 16))
+    with pytest.raises(LoadkitError, match=r"\[8, 16\].*\[9, 16\]"):
+        w.weight_loader(w, torch.zeros(9, 16), "k")
+
+
+def test_safetensors_header_is_padded_json():
+    raw = (DATA / "nemotron_h" / "initial.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    assert n % 8 == 0
+    header = json.loads(raw[8 : 8 + n])
+    assert header["__metadata__"]["seed"] == "0"

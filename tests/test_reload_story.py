@@ -1,0 +1,103 @@
+import pytest
+
+from loadkit.models.nemotron_h import ORDERS
+from loadkit.stories import reload as story
+from loadkit.viz import figure_data
+
+MIXERS = ["layers.0.mixer", "layers.1.mixer", "layers.4.mixer", "layers.6.mixer"]
+
+
+def test_main_records_show_the_upstream_case():
+    recs = story.main_records()
+    assert list(recs) == ["old", "new"]
+    old, new = recs["old"], recs["new"]
+    for layer in MIXERS:
+        assert old.series[layer].y == [8, 12, 12]
+        assert new.series[layer].y == [4, 8, 12]
+        assert old.series[layer].text == ["A +8", "dt_bias +4", "D dropped"]
+    assert len(old.series["dropped (excessive)"].x) == 4
+    assert old.series["dropped (excessive)"].text == [f"{m}.D" for m in MIXERS]
+    assert new.series["dropped (excessive)"].x == []
+    # finalised one step earlier under old: after dt_bias, not after D
+    assert [x + 1 for x in old.series["finalised"].x] == new.series["finalised"].x
+    assert old.outcome["NaN logits"] == "512/512" and new.outcome["NaN logits"] == "0/512"
+    assert old.outcome["live storage kept"] and new.outcome["live storage kept"]
+    assert old.outcome["ledger: never loaded"] == 0  # the drop is invisible to the ledger
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_new_matches_a_fresh_load_in_every_order(order):
+    run = story.run_reload("new", order)
+    assert set(run.status.values()) == {story.LOADED}
+    assert run.logits_nan == 0 and run.max_error == 0.0
+    assert run.pointers_kept and run.warnings == []
+
+
+def test_old_victims_per_order():
+    def victims(order):
+        run = story.run_reload("old", order)
+        return sorted(n for n, s in run.status.items() if s == story.DROPPED)
+
+    assert victims("d-last") == [f"{m}.D" for m in MIXERS]
+    assert victims("d-first") == [f"{m}.dt_bias" for m in MIXERS]
+    assert victims("shuffled") == [
+        "layers.0.mixer.D",
+        "layers.4.mixer.dt_bias",
+        "layers.6.mixer.dt_bias",
+    ]  # layers.1 has A last: its count overshoots to 16 and nothing is dropped
+    assert "16" in story.layer_steps(story.run_reload("old", "shuffled"), "layers.1.mixer")
+    for order in ORDERS:
+        run = story.run_reload("old", order)
+        assert run.logits_nan == run.logits_total
+        assert all("ExcessiveLoadWarning" in w for w in run.warnings)
+
+
+def test_status_grid_marks_dropped_cells():
+    rows, cols, codes, _ = story.status_grid(story.run_reload("old", "d-first"))
+    assert rows[0] == "layers.0" and "mixer.dt_bias" in cols
+    col = cols.index("mixer.dt_bias")
+    assert [r[col] for r in codes] == [1, 1, -1, -1, 1, -1, 1]
+    assert "mixer.dt_bias: dropped → NaN" in story.grid_text(story.run_reload("old", "d-first"))
+
+
+def test_layer_picker_shows_packed_qkv_counting_three_shards():
+    rec = story.counter_record(story.run_reload("new"), "layers.2 (*)")
+    assert rec.series["layers.2.mixer.qkv_proj"].y[-1] == 512
+    assert len(rec.series["layers.2.mixer.qkv_proj"].y) == 3
+
+
+def test_composed_loader_copies_text():
+    text = story.composed_loader_copies()
+    assert "2 copies writing 8 elements" in text
+    assert "'old') -> 8" in text and "'new') -> 4" in text
+
+
+def test_explorer_widgets_drive_both_figures_and_return_to_main_records():
+    ex = story.explorer()
+    assert ex.toggle.value == "old" and ex.order.value == "d-last"
+    main = story.main_records()
+    assert [list(t.y) for t in ex.counter.data] == [s.y for s in main["old"].series.values()]
+    ex.toggle.value = "new"
+    assert "dropped (excessive): x=[] y=[]" in figure_data(ex.counter)
+    assert "[new, d-last]" in ex.grid.layout.title.text
+    assert "finite logits" in ex.logits.layout.title.text
+    assert list(ex.logits.data[1].y) == [0] * 8  # no NaN at any position
+    ex.order.value = "shuffled"
+    ex.toggle.value = "old"
+    assert "[old, shuffled]" in ex.grid.layout.title.text
+    assert "NaN logits" in ex.logits.layout.title.text
+    assert list(ex.logits.data[1].y) == [64] * 8
+    ex.picker.value = "layers.2 (*)"
+    assert {t.name for t in ex.counter.data} == {
+        "layers.2.norm",
+        "layers.2.mixer.qkv_proj",
+        "layers.2.mixer.o_proj",
+        "total",
+        "finalised",
+        "dropped (excessive)",
+    }
+    ex.order.value, ex.picker.value = "d-last", story.MIXERS
+    for b in ("new", "old"):
+        ex.toggle.value = b
+        assert [list(t.y) for t in ex.counter.data] == [s.y for s in main[b].series.values()]
+    assert "codes:" in ex.state()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,18 +63,6 @@ CHART_STATE_JS = """
       y: plain(t.y),
     })),
   };
-}
-"""
-
-# Every session is ended (tests run one notebook at a time), through the page: the server's API
-# wants the page's XSRF cookie.
-SHUTDOWN_JS = """
-async () => {
-  const m = document.cookie.match(/(?:^|; )_xsrf=([^;]*)/);
-  const headers = m ? {'X-XSRFToken': decodeURIComponent(m[1])} : {};
-  const sessions = await (await fetch('/api/sessions')).json();
-  for (const s of sessions) await fetch('/api/sessions/' + s.id, {method: 'DELETE', headers});
-  return sessions.length;
 }
 """
 
@@ -217,8 +207,19 @@ class NotebookPage:
     # -- leaving, and evidence on failure ------------------------------------------------------
 
     def close(self) -> None:
-        with contextlib.suppress(PlaywrightError):
-            self.page.evaluate(SHUTDOWN_JS)  # free the kernel's memory for the next notebook
+        """Close the tab and end the notebook's kernel in the background (frees its memory while
+        the next test runs; the server's stop ends any kernel still shutting down)."""
+        with contextlib.suppress(PlaywrightError, OSError):
+            xsrf = {c["name"]: c["value"] for c in self.page.context.cookies(self.base_url)}
+            with urllib.request.urlopen(f"{self.base_url}/api/sessions", timeout=5) as r:
+                ids = [s["id"] for s in json.load(r) if s["path"] == self.name]
+            token = xsrf.get("_xsrf", "")
+            headers = {"X-XSRFToken": token, "Cookie": f"_xsrf={token}"}
+            for sid in ids:
+                request = urllib.request.Request(
+                    f"{self.base_url}/api/sessions/{sid}", method="DELETE", headers=headers
+                )
+                threading.Thread(target=_send_quietly, args=(request,), daemon=True).start()
         with contextlib.suppress(PlaywrightError):
             self.page.close()
 
@@ -258,3 +259,8 @@ class NotebookPage:
                 where = f"; page shows {seen()}" if seen else ""
                 raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{where}")
             time.sleep(0.1)
+
+
+def _send_quietly(request: urllib.request.Request) -> None:
+    with contextlib.suppress(urllib.error.URLError, OSError):
+        urllib.request.urlopen(request, timeout=60).close()

@@ -154,10 +154,6 @@ class LabServer:
             time.sleep(0.2)
         return False
 
-    def kernel_count(self) -> int:
-        with urllib.request.urlopen(f"{self.url}/api/kernels", timeout=5) as r:
-            return len(json.load(r))
-
     def stop(self) -> None:
         """SIGTERM to the server's PID (it shuts its kernels down), then reap what is left."""
         proc, self.proc = self.proc, None

@@ -17,7 +17,7 @@ from loadkit import (
     as_pooling_model,
     open_checkpoint,
 )
-from loadkit.errors import LoadkitError, UnknownNameError
+from loadkit.errors import LoadkitError, UnknownNameError, WeightLoadError
 from loadkit.models import gemma4 as g4
 from loadkit.probe import probe_verdict
 
@@ -185,8 +185,9 @@ def test_mapping_before_the_clone_loses_shard_id(tmp_path):
             return AutoWeightsLoader(self).load_weights(weights)
 
     model = as_pooling_model(MapsInProbe, behaviour="new", forward="mapped")()
-    with pytest.raises(AttributeError, match="shard_id"):
+    with pytest.raises(WeightLoadError, match="shard_id") as exc:
         model.load_weights(open_checkpoint(path).weights(reuse_buffer=True))
+    assert isinstance(exc.value.__cause__, AttributeError)
     assert model.probe_record.hit_key == "model.layers.0.self_attn.qkv_proj.weight"
 
 

@@ -170,7 +170,7 @@ class NotebookPage:
 
     def error_outputs(self) -> str:
         sel = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
-        return "\n".join(self.page.locator(sel).all_inner_texts())[-4000:]
+        return "\n".join(t or "" for t in self.page.locator(sel).all_text_contents())[-4000:]
 
     # -- the main toggle and the chart it drives -----------------------------------------------
 

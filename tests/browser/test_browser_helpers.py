@@ -1,0 +1,55 @@
+"""The browser tests' own helpers, checked without a browser (these run everywhere)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lab_server import REPO, lab_argv, make_lab_command
+from toggle_check import click_order, describe_difference, expected_traces, title_shows
+from toy_story import main_records
+
+from loadkit.viz import behaviour_toggle, figure, figure_data
+
+
+def test_lab_command_is_the_makefiles():
+    argv = make_lab_command()
+    assert Path(argv[0]) == REPO / ".venv" / "bin" / "jupyter"
+    assert argv[1] == "lab" and "--notebook-dir=notebooks" in argv
+    assert ("--allow-root" in argv) == (os.geteuid() == 0)
+    served = lab_argv(Path("/tmp/x"), 8899)
+    assert "--notebook-dir=/tmp/x" in served and "--notebook-dir=notebooks" not in served
+    assert {"--no-browser", "--port=8899", "--ip=127.0.0.1", "--IdentityProvider.token="} <= set(
+        served
+    )
+
+
+def test_expected_traces_are_what_the_live_figure_shows_after_a_toggle():
+    records = main_records()
+    fig = figure(records["old"], title="t")
+    toggle = behaviour_toggle(records, fig)
+    toggle.value = "new"
+    live = [
+        {"name": t.name, "type": t.type, "mode": getattr(t, "mode", None), "x": t.x, "y": t.y}
+        for t in fig.data
+    ]
+    assert [(t["name"], list(t["x"]), list(t["y"])) for t in live] == [
+        (t["name"], t["x"], t["y"]) for t in expected_traces(records["new"])
+    ]
+    assert title_shows(fig.layout.title.text, "new") and not title_shows("t [new]", "old")
+    assert "running count: x=['A', 'dt_bias', 'D'] y=[6, 12, 18]" in figure_data(fig)
+
+
+def test_the_two_behaviours_draw_different_charts():
+    records = main_records()
+    old, new = expected_traces(records["old"]), expected_traces(records["new"])
+    assert old != new
+    report = describe_difference(old, new)
+    assert "'running count': y differs at 3 of 3 points" in report
+    assert "traces equal" in describe_difference(old, old)
+
+
+def test_click_order_reaches_every_option_by_a_change():
+    assert click_order(["old", "new"]) == ["old", "new", "old"]
+    order = click_order(["old", "new", "moved-verbatim", "loose-match"])
+    assert order[-1] == "old" and set(order) == {"old", "new", "moved-verbatim", "loose-match"}

@@ -1,0 +1,136 @@
+"""What the chart must show for each behaviour, and the check that the page shows it.
+
+The expectation is computed by the library, from the story's records, with the same
+``loadkit.viz.figure`` the notebook calls: the page must draw exactly those traces.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+from lab_page import NotebookPage
+
+from loadkit.scenario import Record
+from loadkit.viz import figure
+
+
+def _plain(value: Any) -> Any:
+    """One value as the page reports it: plain numbers, NaN as None, floats to 12 digits."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, str)):
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float):
+        return None if math.isnan(value) else float(f"{value:.12g}")
+    return value
+
+
+def _trace(t: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": t.get("name"),
+        "type": t.get("type") or "scatter",
+        "mode": t.get("mode"),
+        "x": [_plain(v) for v in t.get("x") or ()],
+        "y": [_plain(v) for v in t.get("y") or ()],
+    }
+
+
+def expected_traces(record: Record) -> list[dict[str, Any]]:
+    """The traces ``loadkit.viz`` draws for ``record`` (computed without any widget)."""
+    fig = figure(record, widget=False)
+    return [
+        _trace(
+            {
+                "name": t.name,
+                "type": t.type,
+                "mode": getattr(t, "mode", None),
+                "x": list(t.x if t.x is not None else ()),
+                "y": list(t.y if t.y is not None else ()),
+            }
+        )
+        for t in fig.data
+    ]
+
+
+def page_traces(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_trace(t) for t in state["traces"]]
+
+
+def title_shows(title: str, behaviour: str) -> bool:
+    """``loadkit.viz`` titles a chart ``"<title> [<behaviour>]"``, or just the behaviour."""
+    return title == behaviour or title.endswith(f" [{behaviour}]")
+
+
+_MISSING = object()
+
+
+def _preview(values: list[Any], start: int, n: int = 6) -> str:
+    """``n`` values from index ``start`` on, and how many there are in all."""
+    part = ", ".join(repr(v) for v in values[start : start + n])
+    more = ", ..." if len(values) > start + n else ""
+    return f"[{'..., ' if start else ''}{part}{more}] ({len(values)} points)"
+
+
+def describe_difference(shown: list[dict[str, Any]], expected: list[dict[str, Any]]) -> str:
+    """Where the page's traces part from the library's, trace by trace, in a few lines."""
+    names = ([t["name"] for t in shown], [t["name"] for t in expected])
+    if names[0] != names[1]:
+        return f"    page traces {names[0]}, library traces {names[1]}"
+    lines = []
+    for page, lib in zip(shown, expected, strict=True):
+        for key in ("type", "mode", "x", "y"):
+            if page[key] == lib[key]:
+                continue
+            if key in ("type", "mode"):
+                lines.append(f"    {page['name']!r}: {key} {page[key]!r}, library {lib[key]!r}")
+                continue
+            pairs = itertools.zip_longest(page[key], lib[key], fillvalue=_MISSING)
+            diff = [i for i, (a, b) in enumerate(pairs) if a != b]
+            lines.append(
+                f"    {page['name']!r}: {key} differs at {len(diff)} of {len(lib[key])} points"
+                f" (first at index {diff[0]})\n"
+                f"      page    {_preview(page[key], diff[0])}\n"
+                f"      library {_preview(lib[key], diff[0])}"
+            )
+    return "\n".join(lines) or "    traces equal (only the title differs)"
+
+
+def click_order(options: list[str]) -> list[str]:
+    """Every option, then the first again: whatever the page started on, each option is reached
+    at least once by a click that changed the toggle (``old, new, old`` for two options)."""
+    return [*options, options[0]]
+
+
+def assert_toggle_drives_chart(
+    page: NotebookPage, records: dict[str, Record], timeout: float = 10.0
+) -> list[str]:
+    """Click each option of the page's main toggle; the chart must become that record's chart.
+
+    Returns the options clicked, in order.
+    """
+    options = list(records)
+    labels = page.toggle_labels()
+    assert labels == options, (
+        f"the first toggle in the page offers {labels}, the story's main_records() {options}"
+    )
+    expected = {b: expected_traces(r) for b, r in records.items()}
+    clicked = click_order(options)
+    for behaviour in clicked:
+        page.click_toggle(behaviour)
+        deadline = time.monotonic() + timeout
+        while True:
+            state = page.chart_state()
+            shown = page_traces(state)
+            if shown == expected[behaviour] and title_shows(state["title"], behaviour):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"after clicking {behaviour!r} on the main toggle, the first chart in the page "
+                    f"did not follow within {timeout:g} s.\n"
+                    f"  page title: {state['title']!r} (expected it to end in [{behaviour}])\n"
+                    f"  page traces against the library's for records[{behaviour!r}]:\n"
+                    + describe_difference(shown, expected[behaviour])
+                )
+            time.sleep(0.1)
+    return clicked

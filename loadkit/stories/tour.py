@@ -23,6 +23,7 @@ from loadkit.counting import CopyCounter
 from loadkit.layout import LayoutNode, build_layout
 from loadkit.ledger import LoadLedger, ledger_of
 from loadkit.mapper import WeightsMapper
+from loadkit.models.nemotron_h import NemotronHForCausalLM
 from loadkit.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
@@ -68,15 +69,8 @@ class Backbone(nn.Module):
 
 
 class TinyHybrid(nn.Module):
-    hf_to_vllm_mapper = WeightsMapper(
-        orig_to_new_prefix={"backbone": "model", "mtp": None},
-        orig_to_new_substr={"A_log": "A", "embeddings": "embed_tokens"},
-        orig_to_new_stacked={
-            ".q_proj": (".qkv_proj", "q"),
-            ".k_proj": (".qkv_proj", "k"),
-            ".v_proj": (".qkv_proj", "v"),
-        },
-    )
+    # The NemotronH-like model's own mapper: the tour shows the rules a real model ships with.
+    hf_to_vllm_mapper = NemotronHForCausalLM.hf_to_vllm_mapper
 
     def __init__(self) -> None:
         super().__init__()

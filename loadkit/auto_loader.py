@@ -16,11 +16,8 @@ import torch
 from torch import nn
 
 from loadkit.errors import (
-    LoadkitError,
     NestedWeightError,
-    ShapeMismatchError,
     UnknownNameError,
-    WeightLoadError,
 )
 from loadkit.ledger import (
     DELEGATED,
@@ -33,7 +30,7 @@ from loadkit.ledger import (
     remember,
 )
 from loadkit.mapper import WeightsMapper
-from loadkit.weight_loaders import loader_of
+from loadkit.weight_loaders import load_param, weight_source
 
 ROTARY_EMBEDS_UNUSED_WEIGHTS = (
     "rotary_pos_emb.inv_freq",
@@ -51,12 +48,6 @@ def _qualname(prefix: str, rest: str) -> str:
     if not rest:
         return prefix
     return f"{prefix}.{rest}"
-
-
-def weight_source(entry: CheckpointEntry, tensor: object) -> str:
-    """Where a weight came from, for error messages: its checkpoint key and file when known."""
-    file = getattr(tensor, "loadkit_file", None)
-    return f"checkpoint key '{entry.name}'" + (f" in {file}" if file else "")
 
 
 class AutoWeightsLoader:
@@ -173,22 +164,8 @@ class AutoWeightsLoader:
                 if rule:
                     entry.status, entry.rule = IGNORED, rule
                     continue
-                raise NestedWeightError(qual, prefix, weight_source(entry, tensor))
-            loader = loader_of(param)
-            try:
-                loader(param, tensor)
-            except ShapeMismatchError as exc:
-                raise exc.with_name(prefix, weight_source(entry, tensor)) from None
-            except LoadkitError:
-                raise
-            except Exception as exc:  # a custom loader's bare error gets the name, key and shapes
-                raise WeightLoadError(
-                    prefix,
-                    tuple(param.shape),
-                    tuple(tensor.shape),
-                    weight_source(entry, tensor),
-                    exc,
-                ) from exc
+                raise NestedWeightError(qual, prefix, weight_source(entry.name, tensor))
+            load_param(param, tensor, name=prefix, source=weight_source(entry.name, tensor))
             entry.status, entry.target = LOADED, prefix
             self.ledger.param_loaded(prefix, source=entry.name)
             yield prefix
@@ -242,7 +219,7 @@ class AutoWeightsLoader:
                     qual,
                     type(self.module).__name__,
                     self._candidates(),
-                    weight_source(entry, tensor),
+                    weight_source(entry.name, tensor),
                 )
 
     def load_weights(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from loadkit.errors import ShapeMismatchError
+from loadkit.errors import LoadkitError, ShapeMismatchError, WeightLoadError
 
 WeightLoader = Callable[..., object]
 
@@ -46,3 +46,25 @@ def composed_weight_loader(
 def loader_of(param: torch.Tensor) -> WeightLoader:
     """The loader a parameter asks for, or the default one."""
     return getattr(param, "weight_loader", default_weight_loader)
+
+
+def weight_source(name: str, tensor: object) -> str:
+    """Where a weight came from, for error messages: its checkpoint key and file when known."""
+    file = getattr(tensor, "loadkit_file", None)
+    return f"checkpoint key '{name}'" + (f" in {file}" if file else "")
+
+
+def load_param(param: torch.Tensor, weight: torch.Tensor, *, name: str, source: str) -> object:
+    """Load ``weight`` with ``param``'s own loader; any failure names the parameter and key.
+
+    Every loading path (``AutoWeightsLoader``, a model's hand-written loop) goes through here, so
+    a custom loader's bare error never reaches the user without its context.
+    """
+    try:
+        return loader_of(param)(param, weight)
+    except ShapeMismatchError as exc:
+        raise exc.with_name(name, source) from None
+    except LoadkitError:
+        raise
+    except Exception as exc:
+        raise WeightLoadError(name, tuple(param.shape), tuple(weight.shape), source, exc) from exc

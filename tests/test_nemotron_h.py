@@ -165,9 +165,9 @@ def shapes(model):
     ],
 )
 def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
-    from loadkit.models.nemotron_h import _save_in_order
+    from loadkit.checkpoint_writer import save_in_order
 
-    path = _save_in_order(make_checkpoint(cfg), tmp_path / "m.safetensors")
+    path = save_in_order(tmp_path / "m.safetensors", make_checkpoint(cfg))
     inferred = config_from_checkpoint(open_checkpoint(path).tensors)
     assert (
         inferred.dtype == cfg.dtype
@@ -178,8 +178,8 @@ def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
     # model-side names (after the mapper) infer the same shapes
     m = NemotronHForCausalLM(cfg)
     m.load_weights(make_checkpoint(cfg).items())
-    model_side = _save_in_order(
-        {n: p.detach() for n, p in m.named_parameters()}, tmp_path / "v.safetensors"
+    model_side = save_in_order(
+        tmp_path / "v.safetensors", {n: p.detach() for n, p in m.named_parameters()}
     )
     again = config_from_checkpoint(open_checkpoint(model_side).tensors)
     with torch.device("meta"):
@@ -187,24 +187,24 @@ def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
 
 
 def test_config_from_checkpoint_errors_name_file_and_key(tmp_path):
-    from loadkit.models.nemotron_h import _save_in_order
+    from loadkit.checkpoint_writer import save_in_order
 
     ck = make_checkpoint()
     no_embed = {k: v for k, v in ck.items() if "embeddings" not in k}
-    path = _save_in_order(no_embed, tmp_path / "a.safetensors")
+    path = save_in_order(tmp_path / "a.safetensors", no_embed)
     with pytest.raises(CheckpointError, match=r"a\.safetensors.*embeddings\.weight"):
         config_from_checkpoint(open_checkpoint(path).tensors)
     gap = {k: v for k, v in ck.items() if ".layers.1." not in k}
-    path = _save_in_order(gap, tmp_path / "b.safetensors")
+    path = save_in_order(tmp_path / "b.safetensors", gap)
     with pytest.raises(LoadkitError, match=r"not 0\.\.n-1"):
         config_from_checkpoint(open_checkpoint(path).tensors)
     bad = dict(ck)
     bad["backbone.layers.0.mixer.in_proj.weight"] = torch.zeros(5, 16)
-    path = _save_in_order(bad, tmp_path / "c.safetensors")
+    path = save_in_order(tmp_path / "c.safetensors", bad)
     with pytest.raises(LoadkitError, match=r"layers\.0.*in_proj rows 5"):
         config_from_checkpoint(open_checkpoint(path).tensors)
     no_norm = {k: v for k, v in ck.items() if k != "backbone.layers.0.mixer.norm.weight"}
-    path = _save_in_order(no_norm, tmp_path / "d.safetensors")
+    path = save_in_order(tmp_path / "d.safetensors", no_norm)
     with pytest.raises(LoadkitError, match=r"layers\.0\.mixer\.norm\.weight"):
         config_from_checkpoint(open_checkpoint(path).tensors)
 

@@ -2,8 +2,6 @@
 buffer-reusing iterator."""
 
 import dataclasses
-import json
-import struct
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from loadkit import (
     as_pooling_model,
     open_checkpoint,
 )
+from loadkit.checkpoint_writer import save_in_order
 from loadkit.errors import LoadkitError, UnknownNameError, WeightLoadError
 from loadkit.models import gemma4 as g4
 from loadkit.probe import probe_verdict
@@ -27,20 +26,7 @@ BEHAVIOURS = ("old", "new")
 
 def write_raw(path, tensors):
     """A safetensors file with the data in the given order (``save_file`` sorts by name)."""
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        dtype = {torch.float32: "F32", torch.bfloat16: "BF16"}[t.dtype]
-        header[name] = {
-            "dtype": dtype,
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        offset += len(data)
-        blobs.append(data)
-    blob = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"".join(blobs))
-    return path
+    return save_in_order(path, tensors)
 
 
 def state(model):

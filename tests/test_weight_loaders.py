@@ -72,3 +72,24 @@ def test_every_loader_names_param_first():
     composed = composed_weight_loader(default_weight_loader, lambda x: x)
     for fn in (default_weight_loader, composed):
         assert list(inspect.signature(fn).parameters)[0] == "param"
+
+
+def test_load_param_names_parameter_key_and_shapes():
+    from loadkit.errors import WeightLoadError
+    from loadkit.weight_loaders import load_param, weight_source
+
+    p = torch.nn.Parameter(torch.zeros(2, 3))
+    w = torch.ones(3, 2)
+    w.loadkit_file = "/ck/m.safetensors"
+    src = weight_source("hf.w", w)
+    assert src == "checkpoint key 'hf.w' in /ck/m.safetensors"
+    with pytest.raises(ShapeMismatchError, match=r"'layer.w'.*hf\.w.*\[2, 3\].*\[3, 2\]"):
+        load_param(p, w, name="layer.w", source=src)
+
+    def needs_shard(param, loaded_weight):
+        return loaded_weight.shard_id
+
+    p.weight_loader = needs_shard
+    with pytest.raises(WeightLoadError, match=r"'layer.w'.*hf\.w.*AttributeError") as exc:
+        load_param(p, w, name="layer.w", source=src)
+    assert isinstance(exc.value.__cause__, AttributeError)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import re
@@ -33,6 +32,7 @@ from torch import nn
 
 from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.checkpoint import DTYPES, TensorInfo
+from loadkit.checkpoint_writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.mapper import ShardId, WeightsMapper
 
@@ -295,8 +295,6 @@ def write_checkpoint(
     ``order`` lays the data out in another order (a permutation of the names), for streams
     that do not start where sorted files do. ``progress`` shows a tqdm bar over bytes.
     """
-    from tqdm import tqdm
-
     layout = dict(checkpoint_layout(config))
     names = list(layout)
     if order is not None:
@@ -307,36 +305,14 @@ def write_checkpoint(
                 f"{sorted(missing)[:3]}, unknown {sorted(extra)[:3]}"
             )
         names = list(order)
-    itemsize = DTYPES[_ST_DTYPE[config.dtype]][1]
-    header: dict[str, Any] = {}
-    offset = 0
-    for name in names:
-        n = math.prod(layout[name]) * itemsize
-        header[name] = {
-            "dtype": _ST_DTYPE[config.dtype],
-            "shape": list(layout[name]),
-            "data_offsets": [offset, offset + n],
-        }
-        offset += n
-    header["__metadata__"] = {"format": "pt", "loadkit": "gemma4-like"}
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned, as safetensors writes it
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with (
-        open(tmp, "wb") as f,
-        tqdm(total=offset, unit="B", unit_scale=True, disable=not progress, desc=path.name) as bar,
-    ):
-        f.write(len(blob).to_bytes(8, "little"))
-        f.write(blob)
-        for name in names:
-            t = _values(seed, name, layout[name], config.torch_dtype)
-            data = t.reshape(-1).view(torch.uint8).numpy()
-            f.write(data.tobytes())
-            bar.update(data.nbytes)
-    os.replace(tmp, path)
-    return path
+    dtype = _ST_DTYPE[config.dtype]
+    return write_safetensors(
+        path,
+        [(name, dtype, layout[name]) for name in names],
+        lambda name: _values(seed, name, layout[name], config.torch_dtype),
+        metadata={"loadkit": "gemma4-like"},
+        progress=progress,
+    )
 
 
 def write_data_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:

@@ -15,7 +15,6 @@ every logit NaN, as upstream's dropped ``mixer.D`` did.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from loadkit.auto_loader import AutoWeightsLoader
+from loadkit.checkpoint_writer import save_in_order
 from loadkit.errors import CheckpointError, ShapeMismatchError
 from loadkit.mapper import WeightsMapper
 from loadkit.weight_loaders import composed_weight_loader, default_weight_loader
@@ -366,56 +366,21 @@ def write_data_checkpoints(out_dir: str | Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     c = NemotronHConfig()
     written = [
-        _save_in_order(
-            make_checkpoint(c, seed=0),
+        save_in_order(
             folder / "initial.safetensors",
+            make_checkpoint(c, seed=0),
             metadata={"seed": "0", "order": "d-last"},
         )
     ]
     for order in ORDERS:
         written.append(
-            _save_in_order(
-                make_checkpoint(c, seed=1, order=order),
+            save_in_order(
                 folder / f"update-{order}.safetensors",
+                make_checkpoint(c, seed=1, order=order),
                 metadata={"seed": "1", "order": order},
             )
         )
     return written
-
-
-_ST_DTYPES = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float64: "F64",
-    torch.int64: "I64",
-    torch.int32: "I32",
-}
-
-
-def _save_in_order(
-    tensors: Mapping[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None
-) -> Path:
-    """Write a safetensors file whose data lies in ``tensors``' order (byte-for-byte stable)."""
-    header: dict[str, object] = {"__metadata__": {"format": "pt", **(metadata or {})}}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
-        header[name] = {
-            "dtype": _ST_DTYPES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for data in blobs:
-            f.write(data)
-    return path
 
 
 # --- sizes from a checkpoint header --------------------------------------------------------------

@@ -29,16 +29,20 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader, weight_source
+from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.errors import (
     CheckpointError,
     LoadkitError,
     ShapeMismatchError,
     UnknownNameError,
-    WeightLoadError,
 )
-from loadkit.ledger import LOADED, SKIPPED, CheckpointEntry, LoadLedger, remember
-from loadkit.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
+from loadkit.ledger import LOADED, SKIPPED, LoadLedger, remember
+from loadkit.weight_loaders import (
+    composed_weight_loader,
+    default_weight_loader,
+    load_param,
+    weight_source,
+)
 
 if TYPE_CHECKING:
     from loadkit.checkpoint import TensorInfo
@@ -321,24 +325,6 @@ def convert(
     return weight, step
 
 
-def _load_param(param: torch.Tensor, qualname: str, weight: torch.Tensor, source: str) -> None:
-    """Load with the parameter's own loader; failures name the parameter, key and shapes."""
-    try:
-        loader_of(param)(param, weight)
-    except ShapeMismatchError as exc:
-        raise exc.with_name(qualname, source) from None
-    except LoadkitError:
-        raise
-    except (AssertionError, RuntimeError, TypeError, IndexError) as exc:
-        raise WeightLoadError(
-            qualname, tuple(param.shape), tuple(weight.shape), source, exc
-        ) from exc
-
-
-def _source(checkpoint_name: str, weight: torch.Tensor) -> str:
-    return weight_source(CheckpointEntry(0, checkpoint_name, ()), weight)
-
-
 # --- the models ---------------------------------------------------------------------------------
 
 
@@ -367,7 +353,7 @@ class Plamo2Model(nn.Module):
         loaded: set[str] = set()
         self.load_trace = []
         for name, weight in weights:
-            source = _source(self._qual(name), weight)
+            source = weight_source(self._qual(name), weight)
             new_name = rename(name)
             param = params.get(new_name)
             if param is None:
@@ -386,7 +372,7 @@ class Plamo2Model(nn.Module):
                 qualname=self._qual(new_name),
                 source=source,
             )
-            _load_param(param, self._qual(new_name), weight, source)
+            load_param(param, weight, name=self._qual(new_name), source=source)
             step.received, step.loaded = name, new_name
             self.load_trace.append(step)
             loaded.add(new_name)
@@ -434,7 +420,7 @@ class Plamo2ForCausalLM(nn.Module):
                 entry.status, entry.rule = SKIPPED, "old loader: rotary_emb.inv_freq"
                 self.load_trace.append(NameStep(name, name, note=entry.rule))
                 continue
-            source = weight_source(entry, weight)
+            source = weight_source(name, weight)
             new_name = entry.mapped = rename(name)
             param = params.get(new_name)
             if param is None:
@@ -447,7 +433,7 @@ class Plamo2ForCausalLM(nn.Module):
                 behaviour="old",
                 source=source,
             )
-            _load_param(param, new_name, weight, source)
+            load_param(param, weight, name=new_name, source=source)
             entry.status, entry.target = LOADED, new_name
             ledger.param_loaded(new_name, source=name)
             step.received, step.loaded = name, new_name

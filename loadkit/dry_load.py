@@ -60,6 +60,7 @@ from loadkit.load_report import (
     Unexpected,
 )
 from loadkit.mapper import WeightsMapper
+from loadkit.meta import to_meta
 from loadkit.weight_loaders import default_weight_loader
 
 MAX_RUNS = 256  # passes; each failing name (or unknown module) costs one
@@ -94,15 +95,7 @@ def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
     tensors = [*model.parameters(), *model.buffers()]
     if all(t.is_meta for t in tensors) and not always:
         return model
-    memo: dict[int, Any] = {}
-    for t in tensors:
-        if id(t) in memo:
-            continue
-        meta = torch.empty_like(t, device="meta")
-        if isinstance(t, nn.Parameter):
-            meta = nn.Parameter(meta, requires_grad=t.requires_grad)
-        meta.__dict__.update(t.__dict__)
-        memo[id(t)] = meta
+    memo: dict[int, Any] = {id(t): to_meta(t) for t in tensors}  # tied tensors stay tied
     return copy.deepcopy(model, memo)
 
 

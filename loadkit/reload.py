@@ -36,7 +36,8 @@ from torch import nn
 
 from loadkit.counting import Behaviour, get_numel_loaded
 from loadkit.errors import LoadkitError
-from loadkit.reload_layer import LayerReload, ScratchArena, to_meta
+from loadkit.meta import to_meta
+from loadkit.reload_layer import LayerReload, ScratchArena
 from loadkit.weight_loaders import WeightLoader, loader_of
 
 __all__ = [

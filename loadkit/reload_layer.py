@@ -17,19 +17,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from loadkit.meta import to_meta
 from loadkit.weight_loaders import WeightLoader, loader_of
 
 _MISSING = object()  # a live parameter that had no weight_loader attribute of its own
-
-
-def to_meta(tensor: torch.Tensor) -> torch.Tensor:
-    """A meta copy of ``tensor`` keeping its class, ``requires_grad`` and attributes."""
-    meta = tensor.data.to("meta")
-    if isinstance(tensor, nn.Parameter):
-        meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
-    meta.__class__ = tensor.__class__
-    meta.__dict__.update(tensor.__dict__)
-    return meta
 
 
 def materialise(

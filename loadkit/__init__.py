@@ -34,6 +34,9 @@ _EXPORTS = {
     "reload_log": "loadkit.reload.layerwise",
     "inspect_checkpoint": "loadkit.inspection.inspector",
     "InspectReport": "loadkit.inspection.inspector",
+    "LoadkitError": "loadkit.errors",
+    "Behaviour": "loadkit.vocab",
+    "Status": "loadkit.vocab",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-"""Exceptions users can act on.
+"""Exceptions users can act on: every error (and warning) loadkit raises is defined here.
 
 Every error is a ``ValueError`` (so callers written against upstream, which raises
 ``ValueError``/``AssertionError``, keep working) and its message names the file, the key and the
@@ -13,7 +13,11 @@ from collections.abc import Iterable
 
 
 class LoadkitError(ValueError):
-    """Base class of every loadkit error."""
+    """Base class of every loadkit error (also ``from loadkit import LoadkitError``)."""
+
+
+class BehaviourError(LoadkitError):
+    """A ``behaviour`` (or another choice among names) that is not one of the allowed names."""
 
 
 # --- checkpoints (SPEC 8, 9) -------------------------------------------------------------------
@@ -131,3 +135,33 @@ class WeightLoadError(LoadkitError):
             f"(shape {list(weight_shape)}) failed in its weight_loader: "
             f"{type(cause).__name__}: {cause}"
         )
+
+
+# --- models (SPEC 7) ------------------------------------------------------------------------------
+
+
+class ModelSpecError(LoadkitError):
+    """A ``--model`` that names no model, cannot be imported, or does not build an nn.Module."""
+
+
+class MissingShardIdError(LoadkitError):
+    """A packed parameter got a tensor without (or with an unknown) ``shard_id``."""
+
+
+# --- layerwise reload (SPEC 6) -------------------------------------------------------------------
+
+
+class ReloadStateError(LoadkitError):
+    """The reload lifecycle was used out of order, or the model cannot be reloaded layerwise."""
+
+
+class ExcessiveLoadWarning(UserWarning):
+    """A load arrived for a layer already finalised and was dropped (upstream: a debug log)."""
+
+
+class PartialLayerWarning(UserWarning):
+    """``finalize_layerwise_reload`` found layers that were not fully loaded."""
+
+
+class UnloadedLayerWarning(PartialLayerWarning):
+    """``finalize_layerwise_reload`` found layers that received no weights at all."""

@@ -9,16 +9,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper
 from loadkit.errors import UnknownNameError
-from loadkit.loading.ledger import (
-    DELEGATED,
-    ENTRY_STATUSES,
-    IGNORED,
-    LOADED,
-    MAPPER_DROPPED,
-    NOT_LOADED,
-    SKIPPED,
-    UNCONSUMED,
-)
+from loadkit.vocab import ENTRY_STATUSES, Status
 
 names = st.text(alphabet=string.ascii_lowercase[:6], min_size=1, max_size=3)
 
@@ -73,12 +64,12 @@ def scenarios(draw):
 def expected_status(name, mapper, model_params):
     mapped = mapper.map_name(name)
     if mapped is None:
-        return MAPPER_DROPPED
+        return Status.MAPPER_DROPPED
     if mapped.startswith("skipme."):
-        return SKIPPED
+        return Status.SKIPPED
     if mapped in model_params:
-        return LOADED
-    return IGNORED
+        return Status.LOADED
+    return Status.IGNORED
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -99,23 +90,25 @@ def test_ledger_partitions_checkpoint_and_model(scenario):
 
     # Checkpoint side: one entry per tensor, in order, each in exactly one status.
     assert [e.name for e in ledger.entries] == [n for n, _ in ckpt]
-    assert all(e.status in ENTRY_STATUSES and e.status != UNCONSUMED for e in ledger.entries)
+    assert all(e.status in ENTRY_STATUSES and e.status != Status.UNCONSUMED for e in ledger.entries)
     for e in ledger.entries:
         want = expected_status(e.name, mapper, model_params)
         top = [d for d in delegators if (e.mapped or "").startswith(d + ".")]
-        if want in (LOADED, IGNORED) and top:
-            want = DELEGATED
+        if want in (Status.LOADED, Status.IGNORED) and top:
+            want = Status.DELEGATED
         assert e.status == want, (e, want)
-        assert (e.status == LOADED) == (e.target in model_params and e.status == LOADED)
+        assert (e.status == Status.LOADED) == (
+            e.target in model_params and e.status == Status.LOADED
+        )
 
     # Model side: every parameter exactly once, loaded iff some entry reached it.
     assert set(ledger.params) == set(model_params)
-    reached = {e.target for e in ledger.entries if e.status == LOADED}
-    reached |= {mapper.map_name(e.name) for e in ledger.entries if e.status == DELEGATED} & set(
-        model_params
-    )
+    reached = {e.target for e in ledger.entries if e.status == Status.LOADED}
+    reached |= {
+        mapper.map_name(e.name) for e in ledger.entries if e.status == Status.DELEGATED
+    } & set(model_params)
     for name, p in ledger.params.items():
-        assert p.status == (LOADED if name in reached else NOT_LOADED), name
+        assert p.status == (Status.LOADED if name in reached else Status.NEVER_LOADED), name
     assert loaded == reached
     counts = ledger.counts()
     assert sum(counts["checkpoint"].values()) == len(ckpt)

@@ -9,18 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Fates of a checkpoint key in a simulated load; the first five are the ledger's own words.
-LOADED = "loaded"
-SKIPPED = "skipped"
-IGNORED = "ignored"
-DROPPED = "dropped by mapper"
-DELEGATED = "delegated"
-UNCONSUMED = "unconsumed"
-UNEXPECTED = "unexpected"
-SHAPE_MISMATCH = "shape mismatch"
-LOAD_ERROR = "load error"
-CLEAN_STATUSES = (LOADED, SKIPPED, IGNORED, DROPPED, DELEGATED)
-KEY_STATUSES = (*CLEAN_STATUSES, UNCONSUMED, UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR)
+from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
+
+# Short names of the statuses a report uses (``loadkit.vocab.Status`` members, not copies).
+LOADED, SKIPPED, IGNORED = Status.LOADED, Status.SKIPPED, Status.IGNORED
+DROPPED, DELEGATED, UNCONSUMED = Status.MAPPER_DROPPED, Status.DELEGATED, Status.UNCONSUMED
+UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR = (
+    Status.UNEXPECTED,
+    Status.SHAPE_MISMATCH,
+    Status.LOAD_ERROR,
+)
 
 
 @dataclass
@@ -46,7 +44,7 @@ class KeyOutcome:
     """The fate of one checkpoint key in the simulated load."""
 
     name: str
-    status: str
+    status: Status
     mapped: str | None = None  # the name after the mapper (what the loader looked up)
     target: str | None = None  # the parameter it filled, or the module it was handed to
     rule: str | None = None  # the skip/ignore/mapper rule that disposed of it

@@ -9,6 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from loadkit.inspection.layout import fmt_bytes
+from loadkit.vocab import Status
 
 if TYPE_CHECKING:
     from loadkit.inspection.inspector import InspectReport, LoadReport
@@ -140,7 +141,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     # status and rule, with a count and the first keys.
     groups: dict[tuple[str, str], list[str]] = {}
     for k in load.keys:
-        if k.status in ("loaded", "unexpected", "shape mismatch", "load error"):
+        if k.status in (Status.LOADED, Status.UNEXPECTED, Status.SHAPE_MISMATCH, Status.LOAD_ERROR):
             continue
         reason = k.rule or (f"-> {k.target}" if k.target else "") or k.message or ""
         groups.setdefault((k.status, reason), []).append(k.name)

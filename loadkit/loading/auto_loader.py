@@ -19,18 +19,10 @@ from loadkit.errors import (
     NestedWeightError,
     UnknownNameError,
 )
-from loadkit.loading.ledger import (
-    DELEGATED,
-    IGNORED,
-    LOADED,
-    MAPPER_DROPPED,
-    SKIPPED,
-    CheckpointEntry,
-    LoadLedger,
-    remember,
-)
+from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
 from loadkit.loading.weight_loaders import load_param, weight_source
 from loadkit.mapper import WeightsMapper
+from loadkit.vocab import Status
 
 ROTARY_EMBEDS_UNUSED_WEIGHTS = (
     "rotary_pos_emb.inv_freq",
@@ -108,7 +100,7 @@ class AutoWeightsLoader:
                 trace = mapper.trace(name)
                 if trace.result is None:
                     step = trace.dropped_by
-                    entry.status = MAPPER_DROPPED
+                    entry.status = Status.MAPPER_DROPPED
                     entry.rule = f"{step.stage} {step.rule!r}" if step else "mapper"
                     continue
                 if trace.shard_id is not None:
@@ -117,7 +109,7 @@ class AutoWeightsLoader:
             entry.mapped = name
             rule = self._skip_rule(name)
             if rule:
-                entry.status, entry.rule = SKIPPED, rule
+                entry.status, entry.rule = Status.SKIPPED, rule
                 continue
             yield name, tensor, entry
 
@@ -128,7 +120,7 @@ class AutoWeightsLoader:
             yield head, ((p[1] if len(p) == 2 else "", t, e) for p, t, e in group)
 
     @staticmethod
-    def _mark(group: Iterable[Item], status: str, rule: str) -> None:
+    def _mark(group: Iterable[Item], status: Status, rule: str) -> None:
         for _, _, entry in group:
             entry.status, entry.rule = status, rule
 
@@ -140,7 +132,7 @@ class AutoWeightsLoader:
 
     def _delegate(self, prefix: str, items: Iterable[Item]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor, entry in items:
-            entry.status, entry.target = DELEGATED, prefix
+            entry.status, entry.target = Status.DELEGATED, prefix
             yield name, tensor
 
     def _loadable_tensors(self, module: nn.Module) -> dict[str, torch.Tensor]:
@@ -157,16 +149,16 @@ class AutoWeightsLoader:
             qual = _qualname(prefix, rest)
             rule = self._skip_rule(qual)
             if rule:
-                entry.status, entry.rule = SKIPPED, rule
+                entry.status, entry.rule = Status.SKIPPED, rule
                 continue
             if rest:
                 rule = self._ignore_rule(qual)
                 if rule:
-                    entry.status, entry.rule = IGNORED, rule
+                    entry.status, entry.rule = Status.IGNORED, rule
                     continue
                 raise NestedWeightError(qual, prefix, weight_source(entry.name, tensor))
             load_param(param, tensor, name=prefix, source=weight_source(entry.name, tensor))
-            entry.status, entry.target = LOADED, prefix
+            entry.status, entry.target = Status.LOADED, prefix
             self.ledger.param_loaded(prefix, source=entry.name)
             yield prefix
 
@@ -196,23 +188,23 @@ class AutoWeightsLoader:
             if head in children:
                 rule = self._skip_rule(qual + ".")
                 if rule:
-                    self._mark(group, SKIPPED, rule)
+                    self._mark(group, Status.SKIPPED, rule)
                     continue
                 yield from self._load_module(qual, children[head], group)
             elif head in tensors:
                 rule = self._skip_rule(qual)
                 if rule:
-                    self._mark(group, SKIPPED, rule)
+                    self._mark(group, Status.SKIPPED, rule)
                     continue
                 yield from self._load_param(qual, tensors[head], group)
             else:
                 rule = self._skip_rule(qual + ".") or self._skip_rule(qual)
                 if rule:
-                    self._mark(group, SKIPPED, rule)
+                    self._mark(group, Status.SKIPPED, rule)
                     continue
                 rule = self._ignore_rule(qual + ".") or self._ignore_rule(qual)
                 if rule:
-                    self._mark(group, IGNORED, rule)
+                    self._mark(group, Status.IGNORED, rule)
                     continue
                 _, tensor, entry = next(group)
                 raise UnknownNameError(

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-Behaviour = Literal["old", "new"]
+from loadkit.vocab import Behaviour, check_behaviour
 
 _COPY = torch.ops.aten.copy_.default
 _CLONE = torch.ops.aten.clone.default
@@ -71,6 +70,7 @@ def get_numel_loaded(
     counts double. ``"new"`` caps the count at the destination's size: a loader fills one
     parameter, so it cannot have loaded more than that parameter holds.
     """
+    check_behaviour(behaviour)
     with CopyCounter() as counter:
         result = weight_loader(*args.args, **args.kwargs)
     numel = counter.copied_numel
@@ -78,6 +78,4 @@ def get_numel_loaded(
         param = args.arguments.get("param")
         if isinstance(param, torch.Tensor):
             numel = min(numel, param.numel())
-    elif behaviour != "old":
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
     return numel, result

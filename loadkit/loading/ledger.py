@@ -2,7 +2,8 @@
 
 ``load_state_dict`` reports missing and unexpected keys after the fact; the ledger accounts for
 both sides completely. Each checkpoint entry ends in exactly one status of ``ENTRY_STATUSES`` and
-each model parameter or persistent buffer in exactly one of ``PARAM_STATUSES``.
+each model parameter or persistent buffer in exactly one of ``PARAM_STATUSES`` (both
+``loadkit.vocab.Status`` members).
 """
 
 from __future__ import annotations
@@ -14,16 +15,7 @@ from typing import Any
 
 import torch
 
-LOADED = "loaded"
-SKIPPED = "skipped"
-IGNORED = "ignored"
-MAPPER_DROPPED = "dropped by mapper"
-DELEGATED = "delegated"
-UNCONSUMED = "unconsumed"  # pulled by nobody: a loader that stopped early
-ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED)
-
-NOT_LOADED = "never loaded"
-PARAM_STATUSES = (LOADED, NOT_LOADED)
+from loadkit.vocab import ENTRY_STATUSES, PARAM_STATUSES, Status
 
 
 @dataclass
@@ -34,15 +26,15 @@ class CheckpointEntry:
     name: str
     shape: tuple[int, ...]
     mapped: str | None = None
-    status: str = UNCONSUMED
+    status: Status = Status.UNCONSUMED
     target: str | None = None  # the parameter loaded, or the child module delegated to
     rule: str | None = None  # the rule that skipped, ignored or dropped it
 
     @property
     def detail(self) -> str:
-        if self.status == LOADED:
+        if self.status == Status.LOADED:
             return f"-> {self.target}"
-        if self.status == DELEGATED:
+        if self.status == Status.DELEGATED:
             return f"-> {self.target}.load_weights"
         return self.rule or ""
 
@@ -54,7 +46,7 @@ class ParamEntry:
     name: str
     kind: str  # "parameter" or "buffer"
     shape: tuple[int, ...]
-    status: str = NOT_LOADED
+    status: Status = Status.NEVER_LOADED
     sources: list[str] = field(default_factory=list)  # checkpoint names loaded into it
     via: str | None = None  # a child's own load_weights that reported it loaded
     aliases: list[str] = field(default_factory=list)  # tied names sharing this tensor
@@ -104,7 +96,7 @@ class LoadLedger:
         entry = self.params.get(self._alias_of.get(qualname, qualname))
         if entry is None:
             return  # a child's loader reported a name the model does not hold: nothing to mark
-        entry.status = LOADED
+        entry.status = Status.LOADED
         if source is not None:
             entry.sources.append(source)
         if via is not None:
@@ -112,15 +104,15 @@ class LoadLedger:
 
     # --- reading ---
 
-    def entries_with(self, status: str) -> list[CheckpointEntry]:
+    def entries_with(self, status: Status) -> list[CheckpointEntry]:
         return [e for e in self.entries if e.status == status]
 
-    def params_with(self, status: str) -> list[ParamEntry]:
+    def params_with(self, status: Status) -> list[ParamEntry]:
         return [p for p in self.params.values() if p.status == status]
 
     @property
     def never_loaded(self) -> list[str]:
-        return [p.name for p in self.params_with(NOT_LOADED)]
+        return [p.name for p in self.params_with(Status.NEVER_LOADED)]
 
     def counts(self) -> dict[str, dict[str, int]]:
         ck = Counter(e.status for e in self.entries)
@@ -170,7 +162,7 @@ class LoadLedger:
             f"{' ' * len(self.root)}  model {len(self.params)} tensors: "
             + ", ".join(f"{n} {s}" for s, n in c["model"].items() if n),
         ]
-        shown = self.entries if full else [e for e in self.entries if e.status != LOADED]
+        shown = self.entries if full else [e for e in self.entries if e.status != Status.LOADED]
         if shown:
             width = max(len(e.name) for e in shown[:limit])
             lines.append("  checkpoint name".ljust(width + 4) + "status".ljust(19) + "detail")

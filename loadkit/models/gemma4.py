@@ -32,7 +32,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import DTYPES, TensorInfo
 from loadkit.checkpoint.writer import write_safetensors
-from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
+from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import ShardId, WeightsMapper
 
@@ -65,10 +65,6 @@ SHARD_ORDER: dict[str, tuple[ShardId, ...]] = {
     "gate_up_proj": (0, 1),
 }
 _ST_DTYPE = {torch_name: st for st, (torch_name, _) in DTYPES.items()}
-
-
-class MissingShardIdError(LoadkitError):
-    """A packed parameter got a tensor without (or with an unknown) ``shard_id``."""
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from loadkit.checkpoint.writer import save_in_order
-from loadkit.errors import CheckpointError, ShapeMismatchError
+from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
 from loadkit.mapper import WeightsMapper
+from loadkit.vocab import check_behaviour
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
@@ -66,9 +67,9 @@ class NemotronHConfig:
     def __post_init__(self) -> None:
         bad = sorted(set(self.hybrid_override_pattern) - set(LAYER_KINDS))
         if bad:
-            raise ValueError(f"hybrid_override_pattern has unknown layer kinds {bad}")
+            raise LoadkitError(f"hybrid_override_pattern has unknown layer kinds {bad}")
         if self.mamba_num_heads % self.n_groups:
-            raise ValueError("mamba_num_heads must be a multiple of n_groups")
+            raise LoadkitError("mamba_num_heads must be a multiple of n_groups")
 
     @property
     def num_hidden_layers(self) -> int:
@@ -340,8 +341,7 @@ def make_checkpoint(
     seeded by ``seed`` and the layer index; layers stay in sequence.
     """
     c = config or NemotronHConfig()
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    check_behaviour(order, ORDERS, what="order")
     g = torch.Generator().manual_seed(seed)
     dtype = c.torch_dtype
     out: dict[str, torch.Tensor] = {

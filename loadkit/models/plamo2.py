@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import torch
 from torch import nn
@@ -36,19 +36,21 @@ from loadkit.errors import (
     UnknownNameError,
 )
 from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.ledger import LOADED, SKIPPED, LoadLedger, remember
+from loadkit.loading.ledger import LoadLedger, remember
 from loadkit.loading.weight_loaders import (
     composed_weight_loader,
     default_weight_loader,
     load_param,
     weight_source,
 )
+from loadkit.vocab import Status, check_behaviour
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
 
-Behaviour = Literal["old", "new", "moved-verbatim", "loose-match"]
-BEHAVIOURS: tuple[str, ...] = ("old", "new", "moved-verbatim", "loose-match")
+# Plamo2 has two pitfalls besides the bug and its fix (see the module docstring).
+Plamo2Behaviour = Literal["old", "new", "moved-verbatim", "loose-match"]
+BEHAVIOURS: tuple[Plamo2Behaviour, ...] = get_args(Plamo2Behaviour)
 
 # --- the config ---------------------------------------------------------------------------------
 
@@ -248,12 +250,6 @@ FINAL_NORM_TESTS: dict[str, tuple[str, Callable[[str], bool]]] = {
 }
 
 
-def check_behaviour(behaviour: str) -> str:
-    if behaviour not in BEHAVIOURS:
-        raise LoadkitError(f"behaviour must be one of {list(BEHAVIOURS)}, not {behaviour!r}")
-    return behaviour
-
-
 def rename(name: str) -> str:
     """The checkpoint name in model spelling (``.A_log`` -> ``.A``, ...)."""
     for old, new in RENAMES.items():
@@ -332,7 +328,7 @@ class Plamo2Model(nn.Module):
     def __init__(self, config: Plamo2Config, *, behaviour: str = "new", prefix: str = "model"):
         super().__init__()
         self.config = config
-        self.behaviour = check_behaviour(behaviour)
+        self.behaviour = check_behaviour(behaviour, BEHAVIOURS)
         self.prefix = prefix  # where the parent holds this module: for error messages only
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = Plamo2Decoder(config)
@@ -383,7 +379,7 @@ class Plamo2ForCausalLM(nn.Module):
     def __init__(self, config: Plamo2Config, *, behaviour: str = "new") -> None:
         super().__init__()
         self.config = config
-        self.behaviour = check_behaviour(behaviour)
+        self.behaviour = check_behaviour(behaviour, BEHAVIOURS)
         self.model = Plamo2Model(config, behaviour=behaviour, prefix="model")
         self.lm_head = Linear(config.hidden_size, config.vocab_size)
         if config.tie_word_embeddings:
@@ -413,11 +409,11 @@ class Plamo2ForCausalLM(nn.Module):
             entry = ledger.add(name, weight)
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 # Tied: lm_head.weight is not in params (named_parameters lists it once).
-                entry.status, entry.rule = SKIPPED, "old loader: tied lm_head.weight"
+                entry.status, entry.rule = Status.SKIPPED, "old loader: tied lm_head.weight"
                 self.load_trace.append(NameStep(name, name, note=entry.rule))
                 continue
             if "rotary_emb.inv_freq" in name:
-                entry.status, entry.rule = SKIPPED, "old loader: rotary_emb.inv_freq"
+                entry.status, entry.rule = Status.SKIPPED, "old loader: rotary_emb.inv_freq"
                 self.load_trace.append(NameStep(name, name, note=entry.rule))
                 continue
             source = weight_source(name, weight)
@@ -434,7 +430,7 @@ class Plamo2ForCausalLM(nn.Module):
                 source=source,
             )
             load_param(param, weight, name=new_name, source=source)
-            entry.status, entry.target = LOADED, new_name
+            entry.status, entry.target = Status.LOADED, new_name
             ledger.param_loaded(new_name, source=name)
             step.received, step.loaded = name, new_name
             self.load_trace.append(step)

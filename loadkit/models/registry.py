@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadkit.errors import LoadkitError
+from loadkit.errors import LoadkitError, ModelSpecError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -29,10 +29,6 @@ BUILTIN: dict[str, str] = {
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
 }
-
-
-class ModelSpecError(LoadkitError):
-    """A ``--model`` that names no model, cannot be imported, or does not build an nn.Module."""
 
 
 def _import(module_name: str, spec: str) -> Any:

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import torch
 
-from loadkit.errors import LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.pooling.probe import Behaviour, ProbeVerdict, lookup_name, match_prefix
+from loadkit.pooling.probe import ProbeVerdict, lookup_name, match_prefix
+from loadkit.vocab import Behaviour, check_behaviour
 
 Forward = Literal["original", "mapped"]
 _GENERATE_SUFFIXES = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel", "ChatModel")
@@ -87,10 +87,8 @@ def as_pooling_model(
     the probe and forwards mapped names (the parent maps them again, and the clones lose the
     ``shard_id`` the mapper set). After a load, ``model.probe_record`` tells what the probe did.
     """
-    if behaviour not in ("old", "new"):
-        raise LoadkitError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
-    if forward not in ("original", "mapped"):
-        raise LoadkitError(f"forward must be 'original' or 'mapped', not {forward!r}")
+    check_behaviour(behaviour)
+    check_behaviour(forward, ("original", "mapped"), what="forward")
     return _pooling_class(cls, behaviour, bool(clone), forward)
 
 

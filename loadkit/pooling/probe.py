@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from loadkit.mapper import WeightsMapper
+from loadkit.vocab import Behaviour, check_behaviour
 
-Behaviour = Literal["old", "new"]
 CANDIDATE_PREFIXES = ("", "model.")
 
 
@@ -26,10 +25,9 @@ def lookup_name(name: str, mapper: WeightsMapper | None, behaviour: Behaviour) -
     ``"old"`` checks the checkpoint name as it is. ``"new"`` checks the model's own mapping of it,
     because a model with ``hf_to_vllm_mapper`` only matches after mapping.
     """
+    check_behaviour(behaviour)
     if behaviour == "new" and mapper is not None:
         return mapper.map_name(name)
-    if behaviour not in ("old", "new"):
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
     return name
 
 

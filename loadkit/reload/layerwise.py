@@ -34,11 +34,17 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from loadkit.errors import LoadkitError
-from loadkit.loading.counting import Behaviour, get_numel_loaded
+from loadkit.errors import (
+    ExcessiveLoadWarning,
+    PartialLayerWarning,
+    ReloadStateError,
+    UnloadedLayerWarning,
+)
+from loadkit.loading.counting import get_numel_loaded
 from loadkit.loading.meta import to_meta
 from loadkit.loading.weight_loaders import WeightLoader, loader_of
 from loadkit.reload.layer import LayerReload, ScratchArena
+from loadkit.vocab import Behaviour, check_behaviour
 
 __all__ = [
     "ExcessiveLoadWarning",
@@ -59,22 +65,6 @@ _SESSION_ATTR = "_loadkit_reload_session"  # on the model: the current or last _
 REACHED_TOTAL = "count reached total"
 AT_FINALIZE = "finalize_layerwise_reload"
 EXCESSIVE = "excessive loading"
-
-
-class ReloadStateError(LoadkitError):
-    """The reload lifecycle was used out of order, or the model cannot be reloaded layerwise."""
-
-
-class ExcessiveLoadWarning(UserWarning):
-    """A load arrived for a layer already finalised and was dropped (upstream: a debug log)."""
-
-
-class PartialLayerWarning(UserWarning):
-    """``finalize_layerwise_reload`` found layers that were not fully loaded."""
-
-
-class UnloadedLayerWarning(PartialLayerWarning):
-    """``finalize_layerwise_reload`` found layers that received no weights at all."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +148,7 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) 
 
 def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new") -> None:
     """Put every layer on meta, zero its counter and wrap its loaders (see the module doc)."""
-    if behaviour not in ("old", "new"):
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
+    check_behaviour(behaviour)
     previous = getattr(model, _SESSION_ATTR, None)
     if previous is not None and previous.open:
         raise ReloadStateError(

@@ -34,6 +34,7 @@ from loadkit.models.plamo2 import (
     config_from_checkpoint,
     rms_norm,
 )
+from loadkit.vocab import Status
 
 DEVIATION = "max |loaded - correct|"
 Weights = list[tuple[str, torch.Tensor]]
@@ -241,11 +242,11 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
     for entry in ledger.entries:
         if behaviour == "old":
             level = "Plamo2ForCausalLM.load_weights"
-        elif entry.status == "delegated":
+        elif entry.status == Status.DELEGATED:
             level = "Plamo2Model.load_weights"
         else:
             level = "AutoWeightsLoader, walked"
-        if behaviour == "old" or entry.status == "delegated":
+        if behaviour == "old" or entry.status == Status.DELEGATED:
             step = next(steps)
             seen, result, what = step.received, step.loaded or "-", _what(step)
         else:
@@ -297,10 +298,10 @@ def delegation_picture(behaviour: str = "new", *, tied: bool = False, examples: 
         f"Plamo2ForCausalLM.load_weights -> AutoWeightsLoader(self, skip_prefixes={skip}) "
         f"gets {len(names)} names: {eg(names)}",
     ]
-    skipped = [e.name for e in ledger.entries if e.status == "skipped"]
+    skipped = [e.name for e in ledger.entries if e.status == Status.SKIPPED]
     if skipped:
         lines.append(f"├── skipped before the walk: {eg(skipped)}")
-    walked = [e for e in ledger.entries if e.status == "loaded"]
+    walked = [e for e in ledger.entries if e.status == Status.LOADED]
     if walked:
         lines.append(
             "├── 'lm_head' -> lm_head (Linear, no load_weights): walked down to its parameter: "
@@ -390,7 +391,7 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
         returned[b] = "None" if got is None else f"set of {len(got)} names"
         ledgers[b] = ledger_of(model)
     old, new = ledgers["old"], ledgers["new"]
-    loaded = {b: {p.name for p in lg.params_with("loaded")} for b, lg in ledgers.items()}
+    loaded = {b: {p.name for p in lg.params_with(Status.LOADED)} for b, lg in ledgers.items()}
     rows = [
         ("", "old", "new"),
         ("checkpoint names", *_ledger_summary(old)[:1], _ledger_summary(new)[0]),
@@ -404,7 +405,7 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
         alias = f" (= {', '.join(p_old.aliases)})" if p_old.aliases else ""
         rows.append((name + alias, o, n))
     for e_old, e_new in zip(old.entries, new.entries, strict=True):
-        if e_old.status == "skipped" or e_new.status == "skipped":
+        if Status.SKIPPED in (e_old.status, e_new.status):
             rows.append((f"checkpoint {e_old.name}", f"skipped: {e_old.rule}", e_new.rule or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

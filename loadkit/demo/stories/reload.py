@@ -30,6 +30,7 @@ from loadkit.reload.layerwise import (
     record_metadata_for_reloading,
     reload_log,
 )
+from loadkit.vocab import check_behaviour
 
 DATA = DATA_DIR / "nemotron_h"
 PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8])
@@ -93,8 +94,7 @@ def _fresh_logits(order: str) -> torch.Tensor:
 @functools.lru_cache(maxsize=8)
 def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
     """Reload the update in ``order`` into a running model under ``behaviour`` (cached)."""
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    check_behaviour(order, ORDERS, what="order")
     model = _model_and_initial()
     record_metadata_for_reloading(model)
     pointers = {n: p.data_ptr() for n, p in model.named_parameters()}

@@ -3,7 +3,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadkit.inspection.layout import build_layout, fmt_bytes, treemap_columns
+from loadkit.inspection.layout import build_layout, treemap_columns
 
 NAMES = [
     ("model.embed_tokens.weight", 64, "F32"),
@@ -88,13 +88,6 @@ def test_as_dict_is_json_and_treemap_columns_are_consistent():
     for i, node_id in enumerate(cols["ids"]):
         below = sum(v for v, p in zip(cols["values"], cols["parents"], strict=True) if p == node_id)
         assert cols["values"][i] >= below
-
-
-def test_fmt_bytes():
-    assert fmt_bytes(0) == "0 B"
-    assert fmt_bytes(1023) == "1023 B"
-    assert fmt_bytes(1536) == "1.5 KiB"
-    assert fmt_bytes(64 << 30) == "64 GiB"
 
 
 name_part = st.sampled_from(["model", "layers", "0", "1", "12", "mlp", "w", "bias", "x"])

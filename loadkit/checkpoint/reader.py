@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint.dtypes import DTYPES, itemsize, torch_dtype
 from loadkit.errors import (
     CheckpointError,
     DuplicateKeyError,
@@ -28,25 +29,6 @@ if TYPE_CHECKING:
 
 INDEX_NAME = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
-
-# safetensors dtype -> (torch dtype attribute, bytes per element)
-DTYPES: dict[str, tuple[str, int]] = {
-    "F64": ("float64", 8),
-    "F32": ("float32", 4),
-    "F16": ("float16", 2),
-    "BF16": ("bfloat16", 2),
-    "F8_E4M3": ("float8_e4m3fn", 1),
-    "F8_E5M2": ("float8_e5m2", 1),
-    "I64": ("int64", 8),
-    "I32": ("int32", 4),
-    "I16": ("int16", 2),
-    "I8": ("int8", 1),
-    "U64": ("uint64", 8),
-    "U32": ("uint32", 4),
-    "U16": ("uint16", 2),
-    "U8": ("uint8", 1),
-    "BOOL": ("bool", 1),
-}
 
 
 class TensorInfo(NamedTuple):
@@ -120,7 +102,7 @@ def _tensor_info(file: str, key: str, spec: Any, base: int, size: int) -> Tensor
         or not 0 <= offsets[0] <= offsets[1]
     ):
         raise HeaderError(file, f"data_offsets {offsets!r} are not [begin, end]", key)
-    need = math.prod(shape) * DTYPES[dtype][1]
+    need = math.prod(shape) * itemsize(dtype)
     span = offsets[1] - offsets[0]
     if need != span:
         raise HeaderError(
@@ -226,7 +208,7 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
             f"read {got} of {info.nbytes} bytes for shape {list(info.shape)} (file changed?)",
             info.name,
         )
-    tensor = buf.view(getattr(torch, DTYPES[info.dtype][0])).reshape(info.shape)
+    tensor = buf.view(torch_dtype(info.dtype)).reshape(info.shape)
     tensor.loadkit_file = info.file  # lets load errors name the file
     return tensor
 

@@ -15,21 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadkit.checkpoint.reader import DTYPES
+from loadkit.checkpoint.dtypes import DTYPES, itemsize, safetensors_dtype
 from loadkit.errors import LoadkitError
 
 if TYPE_CHECKING:
     import torch
 
 TensorSpec = tuple[str, str, tuple[int, ...]]  # name, safetensors dtype, shape
-
-
-def safetensors_dtype(dtype: torch.dtype) -> str:
-    """The safetensors name of a torch dtype (``torch.bfloat16`` -> ``"BF16"``)."""
-    for st, (torch_name, _) in DTYPES.items():
-        if str(dtype) == f"torch.{torch_name}":
-            return st
-    raise LoadkitError(f"safetensors has no dtype for {dtype}")
+__all__ = ["TensorSpec", "safetensors_dtype", "save_in_order", "write_safetensors"]
 
 
 def write_safetensors(
@@ -53,7 +46,7 @@ def write_safetensors(
     for name, dtype, shape in specs:
         if dtype not in DTYPES:
             raise LoadkitError(f"{path}: key '{name}': unknown safetensors dtype {dtype!r}")
-        n = math.prod(shape) * DTYPES[dtype][1]
+        n = math.prod(shape) * itemsize(dtype)
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
         offset += n
     blob = json.dumps(header, separators=(",", ":")).encode()

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadkit.fmt import table
+
 
 @dataclass
 class Series:
@@ -66,12 +68,5 @@ def outcome_table(records: dict[str, Record]) -> str:
     for r in records.values():
         keys += [k for k in r.outcome if k not in keys]
     cols = list(records)
-    cells = [[_fmt(records[c].outcome.get(k, "-")) for c in cols] for k in keys]
-    kw = max([len(k) for k in keys] + [0])
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    head = " " * kw + "  " + "  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))
-    rows = [
-        k.ljust(kw) + "  " + "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True))
-        for k, row in zip(keys, cells, strict=True)
-    ]
-    return "\n".join([head, *rows])
+    rows = [[k, *(_fmt(records[c].outcome.get(k, "-")) for c in cols)] for k in keys]
+    return table(rows, header=["", *cols], align="l" + "r" * len(cols))

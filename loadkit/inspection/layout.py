@@ -15,19 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from loadkit.fmt import format_bytes
+
 _NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
-
-
-def fmt_bytes(n: int) -> str:
-    """``1536`` -> ``'1.5 KiB'``: binary units, three significant figures."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        value /= 1024
-        if value < 1024 or unit == "PiB":
-            break
-    return f"{value:.3g} {unit}"
 
 
 class LayoutNode:
@@ -124,7 +114,7 @@ class LayoutNode:
             dt = ", ".join(f"{k} {v}" for k, v in sorted(node.dtypes.items()))
             unit = "tensor " if node.tensors == 1 else "tensors"
             lines.append(
-                f"{text}  {node.tensors:>6} {unit}{times:<5} {fmt_bytes(node.nbytes):>10}  {dt}"
+                f"{text}  {node.tensors:>6} {unit}{times:<5} {format_bytes(node.nbytes):>10}  {dt}"
             )
         return "\n".join(lines)
 

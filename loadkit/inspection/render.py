@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from loadkit.inspection.layout import fmt_bytes
+from loadkit.fmt import format_bytes, table
 from loadkit.vocab import Status
 
 if TYPE_CHECKING:
@@ -28,18 +28,17 @@ def _checkpoint(r: InspectReport) -> list[str]:
     n = len(c.tensors)
     lines = [
         f"checkpoint  {c.path}",
-        f"  {len(c.files)} file(s), {n} tensors, {fmt_bytes(c.total_bytes)}",
+        f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
         "  dtypes  "
-        + ", ".join(f"{d} {k} tensors ({fmt_bytes(b)})" for d, (k, b) in c.dtypes.items()),
+        + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path):
-        width = max(len(os.path.basename(s.file)) for s in c.files)
         lines.append("  shards")
-        lines += [
-            f"    {os.path.basename(s.file).ljust(width)}  {s.tensors:>6} tensors  "
-            f"{fmt_bytes(s.nbytes):>10}"
+        rows = [
+            (os.path.basename(s.file), f"{s.tensors:>6} tensors", format_bytes(s.nbytes))
             for s in c.files
         ]
+        lines.append(table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)))
     return lines
 
 
@@ -69,7 +68,7 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
 def _verdict(v: ProbeVerdict) -> str:
     whole = " = the whole checkpoint" if v.walked == v.total_keys and v.total_keys else ""
     noun = "tensor" if v.walked == 1 else "tensors"
-    cost = f"clones {v.walked} {noun} ({fmt_bytes(v.cloned_bytes)}{whole})"
+    cost = f"clones {v.walked} {noun} ({format_bytes(v.cloned_bytes)}{whole})"
     if not v.hit:
         return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
     return f"prefix {v.prefix!r} found at key #{v.hit_index} '{v.hit_key}': {cost}"
@@ -169,7 +168,7 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
         lines += [
             "",
-            f"model  {m.spec}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
+            f"model  {m.spec}: {m.cls}, {m.parameters} tensors, {format_bytes(m.nbytes)} "
             f"(built on meta: no memory used); loads with {own}",
         ]
     if r.probe is not None:

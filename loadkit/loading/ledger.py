@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from loadkit.fmt import table
 from loadkit.vocab import ENTRY_STATUSES, PARAM_STATUSES, Status
 
 
@@ -164,10 +165,11 @@ class LoadLedger:
         ]
         shown = self.entries if full else [e for e in self.entries if e.status != Status.LOADED]
         if shown:
-            width = max(len(e.name) for e in shown[:limit])
-            lines.append("  checkpoint name".ljust(width + 4) + "status".ljust(19) + "detail")
-            for e in shown[:limit]:
-                lines.append(f"  {e.name.ljust(width)}  {e.status.ljust(17)}  {e.detail}")
+            rows = [(e.name, e.status, e.detail) for e in shown[:limit]]
+            header = ("checkpoint name", "status", "detail")
+            # The status column fits every status, so the tables of different loads line up.
+            status_width = max(map(len, ENTRY_STATUSES))
+            lines.append(table(rows, header=header, indent="  ", min_widths=(0, status_width)))
             if len(shown) > limit:
                 lines.append(f"  ... {len(shown) - limit} more")
         missing = self.never_loaded

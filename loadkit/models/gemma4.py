@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.dtypes import itemsize, safetensors_dtype, torch_name, torch_names
+from loadkit.checkpoint.reader import TensorInfo
 from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
@@ -64,7 +65,6 @@ SHARD_ORDER: dict[str, tuple[ShardId, ...]] = {
     "qkv_proj": ("q", "k", "v"),
     "gate_up_proj": (0, 1),
 }
-_ST_DTYPE = {torch_name: st for st, (torch_name, _) in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,8 @@ class Gemma4Config:
                 raise LoadkitError(
                     f"Gemma4Config: a {tower} tower needs hidden and intermediate sizes"
                 )
-        if self.dtype not in _ST_DTYPE:
-            raise LoadkitError(
-                f"Gemma4Config.dtype {self.dtype!r} is not one of {sorted(_ST_DTYPE)}"
-            )
+        if self.dtype not in torch_names():
+            raise LoadkitError(f"Gemma4Config.dtype {self.dtype!r} is not one of {torch_names()}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -301,7 +299,7 @@ def write_checkpoint(
                 f"{sorted(missing)[:3]}, unknown {sorted(extra)[:3]}"
             )
         names = list(order)
-    dtype = _ST_DTYPE[config.dtype]
+    dtype = safetensors_dtype(config.dtype)
     return write_safetensors(
         path,
         [(name, dtype, layout[name]) for name in names],
@@ -363,7 +361,7 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
             towers[f"{kind}_layers"] = max(blocks) + 1
             towers[f"{kind}_hidden_size"] = t.shape(f"{prefix}embed.weight", 2)[0]
             towers[f"{kind}_intermediate_size"] = t.shape(f"{prefix}blocks.0.mlp.fc1.weight", 2)[0]
-    dtype = DTYPES[tensors[f"{TEXT_CKPT}embed_tokens.weight"].dtype][0]
+    dtype = torch_name(tensors[f"{TEXT_CKPT}embed_tokens.weight"].dtype)
     try:
         return Gemma4Config(
             num_hidden_layers=n_layers,
@@ -609,8 +607,8 @@ def expected_parameters(
 
 
 def layout_bytes(config: Gemma4Config) -> int:
-    itemsize = DTYPES[_ST_DTYPE[config.dtype]][1]
-    return sum(math.prod(s) * itemsize for _, s in checkpoint_layout(config))
+    size = itemsize(safetensors_dtype(config.dtype))
+    return sum(math.prod(s) * size for _, s in checkpoint_layout(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from loadkit.checkpoint.dtypes import torch_name
 from loadkit.checkpoint.writer import save_in_order
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
@@ -418,16 +419,10 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> NemotronHConfig
     fields: dict[str, object] = {
         "vocab_size": vocab,
         "hidden_size": hidden,
-        "dtype": _torch_dtype_name(embed),
+        "dtype": torch_name(embed.dtype),
     }
     pattern = "".join(_infer_layer(i, layers[i], hidden, file, fields) for i in sorted(layers))
     return NemotronHConfig(hybrid_override_pattern=pattern, **fields)  # type: ignore[arg-type]
-
-
-def _torch_dtype_name(info: TensorInfo) -> str:
-    from loadkit.checkpoint.reader import DTYPES
-
-    return DTYPES[info.dtype][0]
 
 
 def _set(fields: dict[str, object], key: str, value: int, file: str, where: str) -> None:

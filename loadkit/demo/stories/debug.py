@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.demo.stories import DATA_DIR
+from loadkit.fmt import format_bytes, table
 from loadkit.inspection.inspector import InspectReport, inspect_checkpoint
-from loadkit.inspection.layout import fmt_bytes, treemap_columns
+from loadkit.inspection.layout import treemap_columns
 from loadkit.models.registry import BUILTIN
 
 DATA = DATA_DIR
@@ -92,7 +93,7 @@ def treemap_trace(report: InspectReport, *, folded: bool = True) -> Any:
         values=cols["values"],
         branchvalues="total",
         customdata=[
-            [fmt_bytes(v), n] for v, n in zip(cols["values"], cols["tensors"], strict=True)
+            [format_bytes(v), n] for v, n in zip(cols["values"], cols["tensors"], strict=True)
         ],
         hovertemplate="%{id}<br>%{customdata[0]} in %{customdata[1]} tensors<extra></extra>",
         maxdepth=4,
@@ -118,7 +119,7 @@ def show_report(fig: Any, report: InspectReport) -> None:
 
 def _title(report: InspectReport) -> str:
     c = report.checkpoint
-    return f"{shown_path(c.path)}: {len(c.tensors)} tensors, {fmt_bytes(c.total_bytes)}"
+    return f"{shown_path(c.path)}: {len(c.tensors)} tensors, {format_bytes(c.total_bytes)}"
 
 
 def treemap_data(fig: Any, top: int = 8) -> str:
@@ -137,20 +138,11 @@ def treemap_data(fig: Any, top: int = 8) -> str:
     boxes = sorted(children.get(node, []), key=lambda b: (-b[0], b[1]))
     lines = [f"title: {fig.layout.title.text}", f"nodes: {len(trace.ids)}"]
     lines.append(f"largest boxes under {'.'.join(path) or 'the checkpoint'}:")
-    lines += [f"  {label}: {fmt_bytes(v)}" for v, label, _ in boxes[:top]]
+    lines += [f"  {label}: {format_bytes(v)}" for v, label, _ in boxes[:top]]
     return "\n".join(lines)
 
 
 # --- tables --------------------------------------------------------------------------------------
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """An aligned plain-text table."""
-    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def probe_table(report: InspectReport) -> str:
@@ -166,11 +158,13 @@ def probe_table(report: InspectReport) -> str:
                 repr(v.prefix) if v.hit else "no hit",
                 f"#{v.hit_index} {v.hit_key}" if v.hit else "-",
                 v.walked,
-                fmt_bytes(v.cloned_bytes),
+                format_bytes(v.cloned_bytes),
                 f"{share:.0%}",
             ]
         )
-    return table(["probe", "prefix", "hit at", "clones", "cloned", "of ckpt"], rows)
+    return table(
+        rows, header=["probe", "prefix", "hit at", "clones", "cloned", "of ckpt"], rule=True
+    )
 
 
 def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
@@ -183,7 +177,7 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
     def add(title: str, header: list[str], rows: list[list[Any]]) -> None:
         parts.append(f"{title} ({len(rows)})")
         if rows:
-            parts.append(table(header, rows[:limit]))
+            parts.append(table(rows[:limit], header=header, rule=True))
             if len(rows) > limit:
                 parts.append(f"... {len(rows) - limit} more")
 

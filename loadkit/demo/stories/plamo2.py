@@ -20,6 +20,7 @@ from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import CheckpointError
+from loadkit.fmt import table
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.models.plamo2 import (
@@ -254,11 +255,7 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
         rows.append((entry.name, level, seen, result, what))
     head = ("checkpoint name", "handled by", "name it sees", "parameter (its naming)", "done")
     shown = rows[:limit] if limit else rows
-    widths = [max(len(r[i]) for r in [head, *shown]) for i in range(len(head))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [head, *shown]
-    ]
+    lines = [table(shown, header=head)]
     if limit and len(rows) > limit:
         lines.append(f"... {len(rows) - limit} more")
     return "\n".join(lines)
@@ -360,13 +357,8 @@ def final_norm_test_table(*, tied: bool = False) -> str:
     ]
     # Narrow: the long header words go on their own lines above the columns.
     cols = [f"[{i}]" for i in range(len(head))]
-    widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(head))]
     legend = [f"{c} {h}" for c, h in zip(cols, head, strict=True)]
-    body = [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [cols, *rows]
-    ]
-    return "\n".join(legend + body)
+    return "\n".join([*legend, table(rows, header=cols)])
 
 
 # --- the ledger, old and new side by side --------------------------------------------------------
@@ -407,8 +399,7 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
     for e_old, e_new in zip(old.entries, new.entries, strict=True):
         if Status.SKIPPED in (e_old.status, e_new.status):
             rows.append((f"checkpoint {e_old.name}", f"skipped: {e_old.rule}", e_new.rule or ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = [table(rows)]
     lines.append(
         f"same parameters loaded: {loaded['old'] == loaded['new']}; "
         f"never loaded: old {old.never_loaded}, new {new.never_loaded}"

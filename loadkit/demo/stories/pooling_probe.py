@@ -19,6 +19,7 @@ import torch
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.errors import LoadkitError
+from loadkit.fmt import format_bytes, table
 from loadkit.loading.counting import CloneCounter
 from loadkit.models import gemma4 as g4
 from loadkit.pooling.adapter import ProbeRecord, as_pooling_model
@@ -107,14 +108,6 @@ def _truth(path: Path, config: g4.Gemma4Config) -> dict[str, torch.Tensor]:
     return g4.expected_parameters(config, dict(open_checkpoint(path).weights()))
 
 
-def human_bytes(n: int) -> str:
-    """``768 B``, ``95.6 KiB``, ``9.535 GiB``: sizes people read at a glance."""
-    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.{3 if unit == 'GiB' else 1}f} {unit}"
-    return f"{n} B"
-
-
 def _prefix(p: str | None) -> str:
     return "none (no hit)" if p is None else repr(p)
 
@@ -144,7 +137,7 @@ def probe_run(
     nbytes = rec.series.setdefault("bytes cloned (% of checkpoint)", Series([], []))
     clones.text, nbytes.text = [], []
     for e in run.events:
-        label = f"{e['clones']} clones, {e['cloned_bytes'] / 1024:.1f} KiB, after {e['key']}"
+        label = f"{e['clones']} clones, {format_bytes(e['cloned_bytes'])}, after {e['key']}"
         clones.x.append(e["read"])
         clones.y.append(round(100 * e["clones"] / n, 2))
         clones.text.append(label)
@@ -158,9 +151,9 @@ def probe_run(
         "hit at key": _hit(run.probe),
         "keys walked by the probe": run.probe.walked,
         "clones": run.clones,
-        "cloned": human_bytes(run.cloned_bytes),
+        "cloned": format_bytes(run.cloned_bytes),
         "checkpoint tensors": n,
-        "checkpoint size": human_bytes(total),
+        "checkpoint size": format_bytes(total),
         "parameters loaded": len(run.loaded),
         "values exact": f"{exact} of {len(wrong)}",
     }
@@ -221,8 +214,7 @@ def layouts_table() -> str:
             cells.append(f"{_prefix(v.prefix)}, {v.walked} of {v.total_keys}")
         assert ks[0][0] == first
         rows.append((label, first, *cells))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return table(rows)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -313,12 +305,12 @@ def full_scale_run(behaviour: str = "new", num_hidden_layers: int = 35) -> Recor
     )
     rec.outcome = {
         "checkpoint tensors": len(weights),
-        "checkpoint size": human_bytes(total),
+        "checkpoint size": format_bytes(total),
         "prefix found": _prefix(run.probe.prefix),
         "hit at key": _hit(run.probe),
         "keys walked by the probe": run.probe.walked,
         "clones": run.clones,
-        "cloned": human_bytes(run.cloned_bytes),
+        "cloned": format_bytes(run.cloned_bytes),
         "header-only verdict agrees": header == run.probe.verdict(),
     }
     return rec

@@ -20,6 +20,7 @@ import torch
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series
 from loadkit.demo.stories import DATA_DIR
+from loadkit.fmt import table
 from loadkit.loading.counting import CopyCounter, get_numel_loaded
 from loadkit.loading.ledger import ledger_of
 from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
@@ -229,15 +230,17 @@ def grid_text(run: ReloadRun) -> str:
 
 def layer_steps(run: ReloadRun, layer: str) -> str:
     """One layer's steps as a table (layer given without the "model." prefix)."""
-    lines = [f"{'step':>4}  {'parameter':<10} {'counted':>7} {'running':>7} {'total':>5}  event"]
-    for s in run.steps:
-        if _short(s.layer) == layer:
-            event = "DROPPED" if s.dropped else ("finalised" if s.finalised else "")
-            lines.append(
-                f"{s.step:>4}  {s.parameter or '-':<10} {s.counted:>7} {s.running:>7} "
-                f"{s.total:>5}  {event}"
-            )
-    return "\n".join(lines)
+    header = ("step", "parameter", "counted", "running", "total", "event")
+    rows = [
+        (s.step, s.parameter or "-", s.counted, s.running, s.total, _event(s))
+        for s in run.steps
+        if _short(s.layer) == layer
+    ]
+    return table(rows, header=header, align="rlrrrl")
+
+
+def _event(step: ReloadStep) -> str:
+    return "DROPPED" if step.dropped else ("finalised" if step.finalised else "")
 
 
 def forward_text(run: ReloadRun) -> str:

@@ -10,6 +10,7 @@ that must be skipped. Its mapper is NemotronH's, as upstream writes it.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import Checkpoint
 from loadkit.demo.stories import DATA_DIR
+from loadkit.fmt import table
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.counting import CopyCounter
@@ -122,15 +124,10 @@ def side_by_side(ck: Checkpoint, model: nn.Module) -> str:
     """Checkpoint names and model names in two columns: how little they have in common."""
     left = list(ck.tensors)
     right = [n for n, _ in model.named_parameters()]
-    width = max(len(n) for n in left)
-    rows = [f"{'checkpoint'.ljust(width)}  model", f"{'-' * width}  {'-' * 30}"]
-    for i in range(max(len(left), len(right))):
-        a = left[i] if i < len(left) else ""
-        b = right[i] if i < len(right) else ""
-        rows.append(f"{a.ljust(width)}  {b}")
+    pairs = itertools.zip_longest(left, right, fillvalue="")
     common = sorted(set(left) & set(right))
-    rows.append(f"\nnames in common: {common or 'none'}")
-    return "\n".join(rows)
+    text = table(list(pairs), header=("checkpoint", "model"), rule=True)
+    return f"{text}\n\nnames in common: {common or 'none'}"
 
 
 def trace_table(mapper: WeightsMapper, names: list[str]) -> str:
@@ -179,8 +176,8 @@ def loader_table(model: nn.Module) -> str:
     rows = []
     for name, p in model.named_parameters():
         fn = loader_of(p)
-        rows.append(f"{name:<38} {getattr(fn, '__qualname__', fn)}")
-    return "\n".join(rows)
+        rows.append((name, getattr(fn, "__qualname__", fn)))
+    return table(rows)
 
 
 def journey(name: str, ck: Checkpoint, model: nn.Module, ledger: LoadLedger) -> str:

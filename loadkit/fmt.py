@@ -1,0 +1,85 @@
+"""Text for people: one byte formatter and one plain-text table printer, used by every report.
+
+Torch-free and import-light: the header-only inspector renders with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: int) -> str:
+    """A byte count in binary units with three significant figures.
+
+    Args:
+        n: a number of bytes (``0`` or more).
+
+    Returns:
+        ``"768 B"`` below 1 KiB, else the value in the largest unit that keeps it under 1024,
+        rounded to three significant figures without trailing zeros (``"95.6 KiB"``,
+        ``"9.54 GiB"``, ``"64 GiB"``), or to a whole number at 100 and above (``"1000 KiB"``).
+
+    >>> [format_bytes(n) for n in (768, 1536, 97880, 10238175270, 64 << 30)]
+    ['768 B', '1.5 KiB', '95.6 KiB', '9.54 GiB', '64 GiB']
+    """
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    unit = _UNITS[0]
+    for unit in _UNITS:
+        value /= 1024
+        if value < 1024 or unit == _UNITS[-1]:
+            break
+    if value >= 99.95:  # three figures need no decimals (and ``.3g`` would print ``1e+03``)
+        return f"{value:.0f} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def table(
+    rows: Sequence[Sequence[object]],
+    *,
+    header: Sequence[str] | None = None,
+    align: str = "",
+    rule: bool = False,
+    indent: str = "",
+    min_widths: Sequence[int] = (),
+) -> str:
+    """Rows of cells as aligned plain text: columns two spaces apart, trailing spaces cut.
+
+    Args:
+        rows: the rows; each cell is printed with ``str``. A row may have fewer cells.
+        header: column titles, printed first (with a dashed rule under them if ``rule``).
+        align: one letter per column, ``"l"`` (the default for a missing letter) or ``"r"``.
+        rule: put a line of dashes under the header.
+        indent: put in front of every line.
+        min_widths: at least this width per column (a status column as wide as its longest
+            word, say, so tables of different loads line up).
+
+    Returns:
+        The lines joined by newlines (no newline at the end).
+
+    >>> print(table([("embed", 4096), ("lm_head", 128)], header=("name", "bytes"), align="lr"))
+    name     bytes
+    embed     4096
+    lm_head    128
+    """
+    cells = [[str(c) for c in row] for row in rows]
+    if header is not None:
+        cells.insert(0, list(header))
+    ncols = max((len(r) for r in cells), default=0)
+    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncols)]
+    widths = [max(w, m) for w, m in zip(widths, [*min_widths, *[0] * ncols], strict=False)]
+
+    def line(row: Sequence[str]) -> str:
+        padded = [
+            c.rjust(w) if align[i : i + 1] == "r" else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=False))
+        ]
+        return (indent + "  ".join(padded)).rstrip()
+
+    lines = [line(r) for r in cells]
+    if header is not None and rule:
+        lines.insert(1, indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

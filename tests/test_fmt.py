@@ -1,0 +1,75 @@
+"""The one byte formatter and the one table printer every report uses."""
+
+import torch
+
+from loadkit.checkpoint.dtypes import (
+    DTYPES,
+    itemsize,
+    safetensors_dtype,
+    torch_dtype,
+    torch_name,
+    torch_names,
+)
+from loadkit.errors import LoadkitError
+from loadkit.fmt import format_bytes, table
+
+
+def test_format_bytes_three_significant_figures_in_binary_units():
+    cases = {
+        0: "0 B",
+        1023: "1023 B",
+        1024: "1 KiB",
+        1536: "1.5 KiB",
+        8192: "8 KiB",
+        97880: "95.6 KiB",  # the Gemma4-like checkpoint cloned whole (notebook 01)
+        3 * 2**20: "3 MiB",
+        10238175270: "9.54 GiB",  # the full-scale Gemma4-E2B approximation
+        64 << 30: "64 GiB",
+        5 << 60: "5120 PiB",  # the last unit grows, never wraps
+    }
+    assert {n: format_bytes(n) for n in cases} == cases
+
+
+def test_format_bytes_never_prints_an_exponent_just_under_the_next_unit():
+    # ``.3g`` alone prints 1000.5 KiB as "1e+03 KiB"; whole numbers from 100 up avoid it.
+    assert format_bytes(1000 * 1024 + 512) == "1000 KiB"
+    assert format_bytes(1023 * 1024) == "1023 KiB"
+    assert format_bytes(int(99.94 * 1024)) == "99.9 KiB"
+    assert all("e" not in format_bytes(n) for n in range(1, 1 << 40, 9_999_991_111))
+
+
+def test_table_pads_to_the_widest_cell_and_strips_trailing_spaces():
+    out = table(
+        [("a", 1, "x"), ("bbbb", 22, "")],
+        header=("name", "n", "note"),
+        align="lr",
+        rule=True,
+        indent="  ",
+    )
+    assert out.splitlines() == [
+        "  name   n  note",
+        "  ----  --  ----",
+        "  a      1  x",
+        "  bbbb  22",
+    ]
+
+
+def test_table_minimum_widths_and_short_rows():
+    out = table([("a", "b"), ("c",)], min_widths=(3, 4), align="rr")
+    assert out.splitlines() == ["  a     b", "  c"]
+    assert table([]) == ""
+
+
+def test_one_dtype_table_agrees_with_torch():
+    for st, (name, size) in DTYPES.items():
+        dtype = torch_dtype(st)
+        assert (torch_name(st), itemsize(st)) == (name, size)
+        assert torch.empty(0, dtype=dtype).element_size() == size, st
+        assert safetensors_dtype(dtype) == safetensors_dtype(name) == st
+    assert torch_names() == sorted(name for name, _ in DTYPES.values())
+    try:
+        safetensors_dtype(torch.complex64)
+    except LoadkitError as exc:
+        assert "complex64" in str(exc)
+    else:
+        raise AssertionError("complex64 has no safetensors dtype")

@@ -77,10 +77,10 @@ def child(behaviour: str, path: str) -> dict:
 def ensure_checkpoint(path: Path) -> None:
     if path.exists():
         return
-    from loadkit.models import gemma4 as g4
+    from gemma4_checkpoint import BENCH_CONFIG, write_checkpoint  # beside this script
 
     print(f"writing {path} (once; data/big/ is ignored by git)", file=sys.stderr)
-    g4.write_checkpoint(path, g4.BENCH_CONFIG, progress=True)
+    write_checkpoint(path, BENCH_CONFIG, progress=True)
 
 
 def warm_page_cache(path: Path) -> None:

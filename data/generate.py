@@ -3,8 +3,9 @@
     python data/generate.py            # rewrite every data/ checkpoint
     python data/generate.py --check    # fail if a committed file differs from a fresh one
 
-Each model module owns its layout: ``write_data_checkpoints(out_dir) -> list[Path]`` writes the
-files for that model under ``out_dir``. Larger checkpoints for benchmarks are made by the
+One writer per model below, each ``writer(out_dir) -> list[Path]`` writing that model's files
+under ``out_dir``: the data layout lives here, the models' own modules only know how to make
+a checkpoint's tensors (``make_checkpoint``). Larger checkpoints for benchmarks are made by the
 benchmarks themselves, under data/big/ (ignored by git).
 """
 
@@ -12,20 +13,106 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import importlib
+import json
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODELS = ["loadkit.models.gemma4", "loadkit.models.plamo2", "loadkit.models.nemotron_h"]
+
+
+def gemma4_like(out_dir: Path) -> list[Path]:
+    """``gemma4_like/model.safetensors``: the default config, seed 0, in layout order."""
+    from loadkit.checkpoint.writer import save_in_order
+    from loadkit.models.gemma4 import DATA_DIR_NAME, Gemma4Config, make_checkpoint
+
+    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    tensors = make_checkpoint(Gemma4Config(), seed=0)
+    return [save_in_order(path, tensors, metadata={"loadkit": "gemma4-like"})]
+
+
+def plamo2(out_dir: Path) -> list[Path]:
+    """Write the committed checkpoints under ``out_dir/plamo2``; return every file written.
+
+    - ``untied.safetensors``: untied config, with ``lm_head.weight``;
+    - ``tied.safetensors``: tied config, without it, as published tied checkpoints are;
+    - ``tied-with-lm-head/``: the tied checkpoint plus ``lm_head.weight`` in a second shard (as in
+      a sharded export, where it streams after the embedding), with an index.
+    """
+    from safetensors.torch import save_file
+
+    from loadkit.models.plamo2 import Plamo2Config, make_checkpoint
+
+    root = Path(out_dir) / "plamo2"
+    root.mkdir(parents=True, exist_ok=True)
+    meta = {"format": "pt"}
+    written = []
+    untied = make_checkpoint(Plamo2Config(tie_word_embeddings=False), seed=0)
+    save_file(untied, root / "untied.safetensors", metadata=meta)
+    written.append(root / "untied.safetensors")
+    tied_cfg = Plamo2Config(tie_word_embeddings=True)
+    tied = make_checkpoint(tied_cfg, seed=1)
+    save_file(tied, root / "tied.safetensors", metadata=meta)
+    written.append(root / "tied.safetensors")
+
+    shards = root / "tied-with-lm-head"
+    shards.mkdir(exist_ok=True)
+    with_head = make_checkpoint(tied_cfg, seed=1, include_lm_head=True)
+    head = {"lm_head.weight": with_head.pop("lm_head.weight")}
+    files = {
+        "model-00001-of-00002.safetensors": with_head,
+        "model-00002-of-00002.safetensors": head,
+    }
+    weight_map = {}
+    for fname, tensors in files.items():
+        save_file(tensors, shards / fname, metadata=meta)
+        written.append(shards / fname)
+        weight_map.update(dict.fromkeys(tensors, fname))
+    index = shards / "model.safetensors.index.json"
+    total = sum(t.numel() * t.element_size() for t in {**with_head, **head}.values())
+    body = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    index.write_text(json.dumps(body, indent=2) + "\n")
+    written.append(index)
+    return written
+
+
+def nemotron_h(out_dir: Path) -> list[Path]:
+    """``nemotron_h/initial.safetensors`` (seed 0) and one update (seed 1) per order.
+
+    The files keep the key order in their data (safetensors' own writer sorts by name), so a
+    streaming load sees exactly the order the reload story is about.
+    """
+    from loadkit.checkpoint.writer import save_in_order
+    from loadkit.models.nemotron_h import ORDERS, NemotronHConfig, make_checkpoint
+
+    folder = Path(out_dir) / "nemotron_h"
+    folder.mkdir(parents=True, exist_ok=True)
+    c = NemotronHConfig()
+    written = [
+        save_in_order(
+            folder / "initial.safetensors",
+            make_checkpoint(c, seed=0),
+            metadata={"seed": "0", "order": "d-last"},
+        )
+    ]
+    for order in ORDERS:
+        written.append(
+            save_in_order(
+                folder / f"update-{order}.safetensors",
+                make_checkpoint(c, seed=1, order=order),
+                metadata={"seed": "1", "order": order},
+            )
+        )
+    return written
+
+
+WRITERS = {"gemma4_like": gemma4_like, "plamo2": plamo2, "nemotron_h": nemotron_h}
 
 
 def generate(out_dir: Path) -> list[Path]:
     written: list[Path] = []
-    for name in MODELS:
-        module = importlib.import_module(name)
-        written += module.write_data_checkpoints(out_dir)
+    for writer in WRITERS.values():
+        written += writer(out_dir)
     return written
 
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from loadkit import WeightsMapper, ledger_of, open_checkpoint
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
+from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
 from loadkit.models import gemma4 as g4
 
 G4 = g4.Gemma4ForConditionalGeneration
@@ -17,7 +17,17 @@ CONFIGS = {
     "no-ple-double-wide": g4.Gemma4Config(
         num_hidden_layers=3, hidden_size_per_layer_input=0, double_wide_mlp_layers=2
     ),
-    "bench": g4.BENCH_CONFIG,
+    "bench": g4.Gemma4Config(  # benchmarks/gemma4_checkpoint.py's BENCH_CONFIG (tested below)
+        num_hidden_layers=30,
+        hidden_size=1024,
+        intermediate_size=5120,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=128,
+        vocab_size=8192,
+        hidden_size_per_layer_input=32,
+        vocab_size_per_layer_input=8192,
+    ),
     "full": g4.full_scale_config(),
 }
 
@@ -105,10 +115,10 @@ def test_packed_loader_needs_shard_id_and_shape():
     name = "language_model.model.layers.0.self_attn.qkv_proj.weight"
     param = model.get_parameter(name)
     w = torch.ones(32, 32, dtype=torch.bfloat16)
-    with pytest.raises(g4.MissingShardIdError, match=rf"'{name}'.*\[64, 32\].*\[32, 32\].*clone"):
+    with pytest.raises(MissingShardIdError, match=rf"'{name}'.*\[64, 32\].*\[32, 32\].*clone"):
         param.weight_loader(param, w)
     w.shard_id = "x"
-    with pytest.raises(g4.MissingShardIdError, match="shard_id 'x'"):
+    with pytest.raises(MissingShardIdError, match="shard_id 'x'"):
         param.weight_loader(param, w)
     bad = torch.ones(16, 32, dtype=torch.bfloat16)
     bad.shard_id = "q"
@@ -134,17 +144,17 @@ def test_packing_rules_chain_in_order_and_are_not_idempotent():
     assert m.map_name("a.qkv_proj.weight") == "a.qkqkv_proj.weight"  # why mapping twice is a bug
 
 
-def test_committed_data_is_what_the_generator_writes(tmp_path):
-    [path] = g4.write_data_checkpoints(tmp_path)
+def test_committed_data_is_what_the_generator_writes(tmp_path, data_generator):
+    [path] = data_generator.gemma4_like(tmp_path)
     assert path == tmp_path / "gemma4_like" / "model.safetensors"
     assert path.read_bytes() == g4.DATA_CHECKPOINT.read_bytes()
     assert g4.DATA_CHECKPOINT.stat().st_size < 300_000
 
 
-def test_written_file_is_standard_safetensors_in_the_requested_order(tmp_path):
+def test_written_file_is_standard_safetensors_in_the_requested_order(tmp_path, gemma4_bench):
     config = g4.Gemma4Config(num_hidden_layers=2)
     order = [n for n, _ in g4.checkpoint_layout(config)][::-1]
-    path = g4.write_checkpoint(tmp_path / "r.safetensors", config, seed=5, order=order)
+    path = gemma4_bench.write_checkpoint(tmp_path / "r.safetensors", config, seed=5, order=order)
     ref = g4.make_checkpoint(config, seed=5)
     got = load_file(str(path))  # the safetensors library reads it
     assert got.keys() == ref.keys()
@@ -152,7 +162,7 @@ def test_written_file_is_standard_safetensors_in_the_requested_order(tmp_path):
     ck = open_checkpoint(path)
     assert [n for n, _ in ck.weights()] == order
     with pytest.raises(LoadkitError, match="order must name every tensor"):
-        g4.write_checkpoint(tmp_path / "x.safetensors", config, order=order[1:])
+        gemma4_bench.write_checkpoint(tmp_path / "x.safetensors", config, order=order[1:])
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -214,9 +224,11 @@ def test_packing_in_mapper_moves_the_rules_not_the_result():
     assert torch.equal(model.get_parameter(qkv), expected[qkv])
 
 
-def test_cli_writes_a_checkpoint_with_progress(tmp_path, capsys):
+def test_cli_writes_a_checkpoint_with_progress(tmp_path, capsys, gemma4_bench):
+    assert gemma4_bench.BENCH_CONFIG == CONFIGS["bench"]
     out = tmp_path / "big" / "g.safetensors"
-    assert g4.main([str(out), "--preset", "small", "--layers", "2", "--hidden", "16"]) == 0
+    argv = [str(out), "--preset", "small", "--layers", "2", "--hidden", "16"]
+    assert gemma4_bench.main(argv) == 0
     assert "tensors" in capsys.readouterr().out
     config = g4.config_from_checkpoint(open_checkpoint(out).tensors)
     assert (config.num_hidden_layers, config.hidden_size) == (2, 16)

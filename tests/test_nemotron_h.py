@@ -14,7 +14,6 @@ from loadkit.models.nemotron_h import (
     NemotronHForCausalLM,
     config_from_checkpoint,
     make_checkpoint,
-    write_data_checkpoints,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -50,7 +49,8 @@ def test_to_empty_keeps_the_custom_loaders():
         m = NemotronHForCausalLM()
     m.to_empty(device="cpu")  # makes new Parameter objects
     assert m.model.layers[0].mixer.A.weight_loader.__qualname__.startswith("composed")
-    assert m.model.layers[2].mixer.qkv_proj.weight.weight_loader.__name__ == "qkv_weight_loader"
+    qkv = m.model.layers[2].mixer.qkv_proj.weight.weight_loader
+    assert qkv.__qualname__ == "packed_weight_loader(model.layers.2.mixer.qkv_proj.weight)"
     m.load_weights(make_checkpoint().items())
     assert torch.isfinite(m(torch.arange(4))).all()
 
@@ -112,8 +112,8 @@ def test_d_skip_term_enters_the_output():
     assert not torch.allclose(before, m(ids))
 
 
-def test_data_checkpoints_match_a_fresh_generation(tmp_path):
-    written = write_data_checkpoints(tmp_path)
+def test_data_checkpoints_match_a_fresh_generation(tmp_path, data_generator):
+    written = data_generator.nemotron_h(tmp_path)
     assert [p.name for p in written] == [
         "initial.safetensors",
         *(f"update-{o}.safetensors" for o in ORDERS),
@@ -212,7 +212,7 @@ def test_config_from_checkpoint_errors_name_file_and_key(tmp_path):
 def test_bad_shard_id_and_shape_are_clear_errors():
     m = NemotronHForCausalLM()
     w = m.model.layers[2].mixer.qkv_proj.weight
-    with pytest.raises(ValueError, match="shard id"):
+    with pytest.raises(ValueError, match="no shard_id"):
         w.weight_loader(w, torch.zeros(16, 16))
     with pytest.raises(LoadkitError, match=r"\[8, 16\].*\[9, 16\]"):
         w.weight_loader(w, torch.zeros(9, 16), "k")

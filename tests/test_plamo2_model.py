@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from loadkit import AutoWeightsLoader, ledger_of, open_checkpoint
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError, UnknownNameError
+from loadkit.models._common import rms_norm
 from loadkit.models.plamo2 import (
     BEHAVIOURS,
     Plamo2Config,
@@ -18,8 +19,6 @@ from loadkit.models.plamo2 import (
     Plamo2Model,
     config_from_checkpoint,
     make_checkpoint,
-    rms_norm,
-    write_data_checkpoints,
 )
 
 # Spelled out here, not imported: the tests check the library against these.
@@ -327,10 +326,10 @@ def test_config_from_checkpoint_errors(tmp_path):
         config_from_checkpoint(open_checkpoint(tmp_path / "b.safetensors").tensors)
 
 
-def test_committed_data_is_fresh_and_loadable(tmp_path):
+def test_committed_data_is_fresh_and_loadable(tmp_path, data_generator):
     from loadkit.demo.stories.plamo2 import DATA_DIR
 
-    written = write_data_checkpoints(tmp_path)
+    written = data_generator.plamo2(tmp_path)
     assert len(written) == 5
     for path in written:
         rel = path.relative_to(tmp_path)

@@ -299,9 +299,9 @@ def test_parent_without_load_weights_uses_auto_weights_loader(tmp_path):
 def test_adapter_and_header_only_verdict_agree(tmp_path, config, order, behaviour):
     path = g4.DATA_CHECKPOINT
     if order != "file":
-        path = g4.write_checkpoint(
-            tmp_path / "a.safetensors", config, order=_attention_first(config)
-        )
+        ckpt = g4.make_checkpoint(config)
+        ordered = {n: ckpt[n] for n in _attention_first(config)}
+        path = save_in_order(tmp_path / "a.safetensors", ordered)
     ck = open_checkpoint(path)
     model = as_pooling_model(G4, behaviour=behaviour)(config)
     model.load_weights(ck.weights(reuse_buffer=True))

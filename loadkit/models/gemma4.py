@@ -10,16 +10,14 @@ a ``shard_id``, and the packed parameter's ``weight_loader`` reads that ``shard_
 
 Sizes are configurable (``Gemma4Config``); the defaults make the small model whose checkpoint is
 committed in ``data/gemma4_like/``. ``full_scale_config()`` approximates the upstream Gemma4-E2B
-layout (about 2011 tensors, 9.5 GiB in bf16) for the meta device. Run this module to write large
-checkpoints (``python -m loadkit.models.gemma4 --help``).
+layout (about 2011 tensors, 9.5 GiB in bf16) for the meta device. The committed checkpoint is
+written by ``data/generate.py``, larger ones by ``benchmarks/gemma4_checkpoint.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import os
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,10 +30,10 @@ from torch import nn
 
 from loadkit.checkpoint.dtypes import itemsize, safetensors_dtype, torch_name, torch_names
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.checkpoint.writer import write_safetensors
-from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
+from loadkit.errors import LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import ShardId, WeightsMapper
+from loadkit.models._common import HeaderShapes, packed_weight_loader, shard_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_NAME = "gemma4_like"
@@ -164,23 +162,6 @@ def full_scale_config(num_hidden_layers: int = 35) -> Gemma4Config:
     )
 
 
-# A checkpoint of at least 1 GiB with at least 500 tensors, for the memory benchmark. A small
-# vocabulary keeps every tensor under 17 MB, so "one tensor" and "the whole checkpoint" differ
-# by a factor of about 60.
-BENCH_CONFIG = Gemma4Config(
-    num_hidden_layers=30,
-    hidden_size=1024,
-    intermediate_size=5120,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    head_dim=128,
-    vocab_size=8192,
-    hidden_size_per_layer_input=32,
-    vocab_size_per_layer_input=8192,
-)
-PRESETS = {"small": Gemma4Config(), "bench": BENCH_CONFIG, "full": full_scale_config()}
-
-
 # --- the checkpoint side ------------------------------------------------------------------------
 
 
@@ -254,8 +235,9 @@ def _tower_layout(prefix: str, n: int, hid: int, inter: int) -> dict[str, tuple[
     return out
 
 
-def _values(seed: int, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    # Seeded by name, so a tensor's values do not depend on where it sits in the file.
+def make_tensor(seed: int, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """The values of checkpoint tensor ``name``: seeded by the name, so a tensor's values do not
+    depend on where it sits in a file (or on which other tensors a file holds)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     return torch.randn(shape, generator=g).to(dtype)
 
@@ -272,59 +254,15 @@ def make_checkpoint(
         if meta:
             out[name] = torch.empty(shape, dtype=config.torch_dtype, device="meta")
         else:
-            out[name] = _values(seed, name, shape, config.torch_dtype).to(device)
+            out[name] = make_tensor(seed, name, shape, config.torch_dtype).to(device)
     return out
-
-
-def write_checkpoint(
-    path: str | os.PathLike[str],
-    config: Gemma4Config,
-    *,
-    seed: int = 0,
-    order: Sequence[str] | None = None,
-    progress: bool = False,
-) -> Path:
-    """Write a safetensors file tensor by tensor (memory stays at one tensor).
-
-    ``order`` lays the data out in another order (a permutation of the names), for streams
-    that do not start where sorted files do. ``progress`` shows a tqdm bar over bytes.
-    """
-    layout = dict(checkpoint_layout(config))
-    names = list(layout)
-    if order is not None:
-        if sorted(order) != sorted(names):
-            missing, extra = set(names) - set(order), set(order) - set(names)
-            raise LoadkitError(
-                f"write_checkpoint: order must name every tensor once; missing "
-                f"{sorted(missing)[:3]}, unknown {sorted(extra)[:3]}"
-            )
-        names = list(order)
-    dtype = safetensors_dtype(config.dtype)
-    return write_safetensors(
-        path,
-        [(name, dtype, layout[name]) for name in names],
-        lambda name: _values(seed, name, layout[name], config.torch_dtype),
-        metadata={"loadkit": "gemma4-like"},
-        progress=progress,
-    )
-
-
-def write_data_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """The small checkpoint committed in ``data/gemma4_like/`` (default config, seed 0)."""
-    return [write_checkpoint(Path(out_dir) / DATA_DIR_NAME / "model.safetensors", Gemma4Config())]
 
 
 def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
     """Infer a ``Gemma4Config`` from a checkpoint header (``open_checkpoint(p).tensors``)."""
-    t = _HeaderReader(tensors)
-    vocab, hidden = t.shape(f"{TEXT_CKPT}embed_tokens.weight", 2)
-    layer_ids = sorted(
-        {
-            int(m[1])
-            for k in tensors
-            if (m := re.match(rf"{re.escape(TEXT_CKPT)}layers\.(\d+)\.", k))
-        }
-    )
+    t = HeaderShapes(tensors, "a Gemma4-like checkpoint")
+    vocab, hidden = t.shape(f"{TEXT_CKPT}embed_tokens.weight", ndim=2)
+    layer_ids = t.indices(re.compile(rf"{re.escape(TEXT_CKPT)}layers\.(\d+)\."))
     if not layer_ids:
         t.fail(f"{TEXT_CKPT}layers.0.self_attn.q_proj.weight", "no decoder layers found")
     if layer_ids != list(range(len(layer_ids))):
@@ -332,11 +270,11 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
         t.fail(f"{TEXT_CKPT}layers.{gap}.self_attn.q_proj.weight", f"layers {layer_ids} skip {gap}")
     n_layers = len(layer_ids)
     p0 = f"{TEXT_CKPT}layers.0."
-    (head_dim,) = t.shape(f"{p0}self_attn.q_norm.weight", 1)
+    (head_dim,) = t.shape(f"{p0}self_attn.q_norm.weight", ndim=1)
     heads = t.divide(f"{p0}self_attn.q_proj.weight", head_dim)
     kv_heads = t.divide(f"{p0}self_attn.k_proj.weight", head_dim)
-    inter = t.shape(f"{p0}mlp.gate_proj.weight", 2)[0]
-    wide = [t.shape(f"{TEXT_CKPT}layers.{i}.mlp.gate_proj.weight", 2)[0] for i in layer_ids]
+    inter = t.shape(f"{p0}mlp.gate_proj.weight", ndim=2)[0]
+    wide = [t.shape(f"{TEXT_CKPT}layers.{i}.mlp.gate_proj.weight", ndim=2)[0] for i in layer_ids]
     double = sum(1 for w in wide if w == 2 * inter)
     if (
         any(w not in (inter, 2 * inter) for w in wide)
@@ -349,18 +287,19 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
     ple, ple_vocab = 0, vocab
     ple_key = f"{TEXT_CKPT}embed_tokens_per_layer.weight"
     if ple_key in tensors:
-        ple_vocab, width = t.shape(ple_key, 2)
+        ple_vocab, width = t.shape(ple_key, ndim=2)
         if width % n_layers:
             t.fail(ple_key, f"width {width} is not a multiple of {n_layers} layers")
         ple = width // n_layers
     towers: dict[str, Any] = {}
     for tower in TOWERS:
         kind, prefix = tower.split("_")[0], f"model.{tower}."
-        blocks = {int(m[1]) for k in tensors if (m := re.match(rf"{prefix}blocks\.(\d+)\.", k))}
+        blocks = t.indices(re.compile(rf"{prefix}blocks\.(\d+)\."))
         if blocks:
             towers[f"{kind}_layers"] = max(blocks) + 1
-            towers[f"{kind}_hidden_size"] = t.shape(f"{prefix}embed.weight", 2)[0]
-            towers[f"{kind}_intermediate_size"] = t.shape(f"{prefix}blocks.0.mlp.fc1.weight", 2)[0]
+            towers[f"{kind}_hidden_size"] = t.shape(f"{prefix}embed.weight", ndim=2)[0]
+            fc1 = f"{prefix}blocks.0.mlp.fc1.weight"
+            towers[f"{kind}_intermediate_size"] = t.shape(fc1, ndim=2)[0]
     dtype = torch_name(tensors[f"{TEXT_CKPT}embed_tokens.weight"].dtype)
     try:
         return Gemma4Config(
@@ -381,34 +320,6 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Gemma4Config:
         t.fail(f"{TEXT_CKPT}embed_tokens.weight", str(exc))
 
 
-class _HeaderReader:
-    """Shape look-ups that fail with the file, the key and the shapes involved."""
-
-    def __init__(self, tensors: Mapping[str, TensorInfo]) -> None:
-        self.tensors = tensors
-        self.file = next((i.file for i in tensors.values()), "<empty checkpoint>")
-
-    def fail(self, key: str, message: str) -> Any:
-        info = self.tensors.get(key)
-        raise CheckpointError(
-            info.file if info else self.file, f"not a Gemma4-like checkpoint: {message}", key
-        )
-
-    def shape(self, key: str, ndim: int) -> tuple[int, ...]:
-        info = self.tensors.get(key)
-        if info is None:
-            self.fail(key, "the key is missing")
-        if len(info.shape) != ndim:
-            self.fail(key, f"expected a {ndim}-d tensor, found shape {list(info.shape)}")
-        return info.shape
-
-    def divide(self, key: str, head_dim: int) -> int:
-        rows = self.shape(key, 2)[0]
-        if rows % head_dim:
-            self.fail(key, f"shape {[rows, '...']} is not a multiple of head_dim {head_dim}")
-        return rows // head_dim
-
-
 # --- the model side -----------------------------------------------------------------------------
 
 
@@ -427,37 +338,10 @@ class _Weight(nn.Module):
             self.bias = _param(shape[:1], dtype)
 
 
-def packed_weight_loader(name: str, shards: Mapping[ShardId, tuple[int, int]]) -> Any:
-    """A ``weight_loader`` that copies a tensor into its shard's rows, found by ``shard_id``."""
-
-    def load(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
-        shard_id = getattr(loaded_weight, "shard_id", None)
-        if shard_id not in shards:
-            got = "no shard_id" if shard_id is None else f"shard_id {shard_id!r}"
-            raise MissingShardIdError(
-                f"Packed parameter '{name}' (shape {list(param.shape)}, shards "
-                f"{list(shards)}) got a weight of shape {list(loaded_weight.shape)} with {got}. "
-                "A stacked mapper rule sets shard_id on the tensor it maps; a clone() made "
-                "after that drops it: map names after cloning, never before."
-            )
-        start, size = shards[shard_id]
-        target = param.data.narrow(0, start, size)
-        if tuple(target.shape) != tuple(loaded_weight.shape):
-            raise ShapeMismatchError(tuple(target.shape), tuple(loaded_weight.shape))
-        target.copy_(loaded_weight)
-
-    load.__qualname__ = f"packed_weight_loader({name})"
-    return load
-
-
 class _Packed(_Weight):
     def __init__(self, name: str, sizes: Mapping[ShardId, int], cols: int, dtype: torch.dtype):
         super().__init__((sum(sizes.values()), cols), dtype)
-        shards, start = {}, 0
-        for shard, size in sizes.items():
-            shards[shard] = (start, size)
-            start += size
-        self.weight.weight_loader = packed_weight_loader(f"{name}.weight", shards)
+        self.weight.weight_loader = packed_weight_loader(f"{name}.weight", shard_rows(sizes))
 
 
 class Gemma4Attention(nn.Module):
@@ -583,6 +467,12 @@ class Gemma4ForConditionalGeneration(nn.Module):
         return AutoWeightsLoader(self).load_weights(weights, mapper=load_mapper(self.config))
 
 
+def layout_bytes(config: Gemma4Config) -> int:
+    """Bytes the checkpoint of ``config`` holds (from the layout: nothing is allocated)."""
+    size = itemsize(safetensors_dtype(config.dtype))
+    return sum(math.prod(s) * size for _, s in checkpoint_layout(config))
+
+
 def expected_parameters(
     config: Gemma4Config, checkpoint: Mapping[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
@@ -604,38 +494,3 @@ def expected_parameters(
         kind = target.rsplit(".", 2)[-2]
         plain[target] = torch.cat([parts[s] for s in SHARD_ORDER[kind]])
     return plain
-
-
-def layout_bytes(config: Gemma4Config) -> int:
-    size = itemsize(safetensors_dtype(config.dtype))
-    return sum(math.prod(s) * size for _, s in checkpoint_layout(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m loadkit.models.gemma4",
-        description="Write a Gemma4-like safetensors checkpoint, tensor by tensor, with progress.",
-    )
-    ap.add_argument("out", type=Path, help="the .safetensors file to write")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="bench")
-    ap.add_argument("--layers", type=int, help="num_hidden_layers (overrides the preset)")
-    ap.add_argument("--hidden", type=int, help="hidden_size (overrides the preset)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    config = PRESETS[args.preset]
-    if args.layers is not None:
-        config = dataclasses.replace(
-            config,
-            num_hidden_layers=args.layers,
-            double_wide_mlp_layers=min(config.double_wide_mlp_layers, args.layers),
-        )
-    if args.hidden is not None:
-        config = dataclasses.replace(config, hidden_size=args.hidden)
-    n = len(checkpoint_layout(config))
-    print(f"{n} tensors, {layout_bytes(config) / 2**30:.3f} GiB -> {args.out}")
-    write_checkpoint(args.out, config, seed=args.seed, progress=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

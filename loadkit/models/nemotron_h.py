@@ -20,7 +20,6 @@ import random
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,11 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from loadkit.checkpoint.dtypes import torch_name
-from loadkit.checkpoint.writer import save_in_order
-from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
+from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
 from loadkit.mapper import WeightsMapper
+from loadkit.models._common import HeaderShapes, RMSNorm, packed_weight_loader, shard_rows
 from loadkit.vocab import check_behaviour
 
 if TYPE_CHECKING:
@@ -89,16 +88,6 @@ class NemotronHConfig:
         return getattr(torch, self.dtype)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(size, dtype=dtype))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
 def _linear(n_in: int, n_out: int, dtype: torch.dtype) -> nn.Linear:
     return nn.Linear(n_in, n_out, bias=False, dtype=dtype)
 
@@ -118,7 +107,7 @@ class MambaMixer2(nn.Module):
         self.A = nn.Parameter(torch.empty(heads, dtype=torch.float32), requires_grad=False)
         self.D = nn.Parameter(torch.ones(heads, dtype=dt), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.ones(heads, dtype=dt), requires_grad=False)
-        self.norm = RMSNorm(inner, c.layer_norm_epsilon, dt)  # gated: see forward
+        self.norm = RMSNorm(inner, eps=c.layer_norm_epsilon, dtype=dt)  # gated: see forward
         self.out_proj = _linear(inner, c.hidden_size, dt)
         self._attach_loaders()
 
@@ -175,35 +164,24 @@ class NemotronHMLP(nn.Module):
 class NemotronHAttention(nn.Module):
     """Causal attention with a packed ``qkv_proj`` filled by three shard loads (q, k, v)."""
 
-    def __init__(self, c: NemotronHConfig) -> None:
+    def __init__(self, c: NemotronHConfig, prefix: str = "mixer") -> None:
         super().__init__()
         self.c = c
         q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-        self.shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
+        self.shards = shard_rows({"q": q, "k": kv, "v": kv})
         self.qkv_proj = _linear(c.hidden_size, q + 2 * kv, c.torch_dtype)
         self.o_proj = _linear(q, c.hidden_size, c.torch_dtype)
+        self._loader = packed_weight_loader(f"{prefix}.qkv_proj.weight", self.shards)
         self._attach_loaders()
 
     def _attach_loaders(self) -> None:
-        self.qkv_proj.weight.weight_loader = self.qkv_weight_loader
+        # One packed loader (q, k, v by shard id), as every built-in model's packed parameters.
+        self.qkv_proj.weight.weight_loader = self._loader
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
         out = super()._apply(fn, recurse)
         self._attach_loaders()
         return out
-
-    def qkv_weight_loader(
-        self, param: torch.Tensor, loaded_weight: torch.Tensor, shard_id: str | None = None
-    ) -> None:
-        """Copy one of q, k, v into its rows (the shard id comes from the mapper's stacked rule)."""
-        shard_id = shard_id if shard_id is not None else getattr(loaded_weight, "shard_id", None)
-        if shard_id not in self.shards:
-            raise ValueError(f"qkv_proj needs shard id 'q', 'k' or 'v', got {shard_id!r}")
-        start, size = self.shards[shard_id]
-        rows = param.data.narrow(0, start, size)
-        if rows.shape != loaded_weight.shape:
-            raise ShapeMismatchError(tuple(rows.shape), tuple(loaded_weight.shape))
-        rows.copy_(loaded_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c, T = self.c, x.shape[0]
@@ -221,10 +199,10 @@ _MIXERS = {"M": MambaMixer2, "-": NemotronHMLP, "*": NemotronHAttention}
 
 
 class NemotronHBlock(nn.Module):
-    def __init__(self, c: NemotronHConfig, kind: str) -> None:
+    def __init__(self, c: NemotronHConfig, kind: str, prefix: str = "layer") -> None:
         super().__init__()
-        self.norm = RMSNorm(c.hidden_size, c.layer_norm_epsilon, c.torch_dtype)
-        self.mixer = _MIXERS[kind](c)
+        self.norm = RMSNorm(c.hidden_size, eps=c.layer_norm_epsilon, dtype=c.torch_dtype)
+        self.mixer = NemotronHAttention(c, f"{prefix}.mixer") if kind == "*" else _MIXERS[kind](c)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h + self.mixer(self.norm(h))
@@ -234,8 +212,11 @@ class NemotronHModel(nn.Module):
     def __init__(self, c: NemotronHConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, dtype=c.torch_dtype)
-        self.layers = nn.ModuleList(NemotronHBlock(c, k) for k in c.hybrid_override_pattern)
-        self.norm_f = RMSNorm(c.hidden_size, c.layer_norm_epsilon, c.torch_dtype)
+        self.layers = nn.ModuleList(
+            NemotronHBlock(c, k, f"model.layers.{i}")
+            for i, k in enumerate(c.hybrid_override_pattern)
+        )
+        self.norm_f = RMSNorm(c.hidden_size, eps=c.layer_norm_epsilon, dtype=c.torch_dtype)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
@@ -357,33 +338,6 @@ def make_checkpoint(
     return {k: (v if k.endswith("A_log") else v.to(dtype)).contiguous() for k, v in out.items()}
 
 
-def write_data_checkpoints(out_dir: str | Path) -> list[Path]:
-    """``nemotron_h/initial.safetensors`` (seed 0) and one update (seed 1) per order.
-
-    The files keep the key order in their data (safetensors' own writer sorts by name), so a
-    streaming load sees exactly the order the reload story is about.
-    """
-    folder = Path(out_dir) / "nemotron_h"
-    folder.mkdir(parents=True, exist_ok=True)
-    c = NemotronHConfig()
-    written = [
-        save_in_order(
-            folder / "initial.safetensors",
-            make_checkpoint(c, seed=0),
-            metadata={"seed": "0", "order": "d-last"},
-        )
-    ]
-    for order in ORDERS:
-        written.append(
-            save_in_order(
-                folder / f"update-{order}.safetensors",
-                make_checkpoint(c, seed=1, order=order),
-                metadata={"seed": "1", "order": order},
-            )
-        )
-    return written
-
-
 # --- sizes from a checkpoint header --------------------------------------------------------------
 
 _LAYER_KEY = re.compile(r"^(?:backbone\.|model\.)?layers\.(\d+)\.(.+)$")
@@ -399,15 +353,9 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> NemotronHConfig
     if not tensors:
         raise CheckpointError("<empty>", "checkpoint holds no tensors")
     file = next(iter(tensors.values())).file
-
-    def get(*names: str) -> TensorInfo:
-        for n in names:
-            for prefix in ("", "backbone.", "model."):
-                if prefix + n in tensors:
-                    return tensors[prefix + n]
-        raise CheckpointError(file, "missing: cannot infer NemotronH sizes", names[0])
-
-    embed = get("embeddings.weight", "embed_tokens.weight")
+    header = HeaderShapes(tensors, "a NemotronH checkpoint")
+    names = ("embeddings.weight", "embed_tokens.weight")
+    embed = header.info(*(p + n for n in names for p in ("", "backbone.", "model.")))
     vocab, hidden = embed.shape
     layers: dict[int, dict[str, TensorInfo]] = {}
     for name, info in tensors.items():

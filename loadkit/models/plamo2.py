@@ -23,14 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 import torch
 from torch import nn
 
 from loadkit.errors import (
-    CheckpointError,
     LoadkitError,
     ShapeMismatchError,
     UnknownNameError,
@@ -43,6 +41,7 @@ from loadkit.loading.weight_loaders import (
     load_param,
     weight_source,
 )
+from loadkit.models._common import HeaderShapes, RMSNorm
 from loadkit.vocab import Status, check_behaviour
 
 if TYPE_CHECKING:
@@ -135,24 +134,6 @@ class Embedding(nn.Module):
     def __init__(self, num: int, dim: int) -> None:
         super().__init__()
         self.weight = _zeros(num, dim)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``x / rms(x) * weight`` over the last dimension, in float32, as vLLM's RMSNorm."""
-    x32 = x.float()
-    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm whose weight has ``shape`` (``(dim,)``, or ``(heads, head_dim)`` for q/k norms)."""
-
-    def __init__(self, *shape: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(*shape))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
 
 
 class Plamo2MambaMixer(nn.Module):
@@ -495,51 +476,6 @@ DATA_FILES = {
 }
 
 
-def write_data_checkpoints(out_dir: str | Path) -> list[Path]:
-    """Write the committed checkpoints under ``out_dir/plamo2``; return every file written.
-
-    - ``untied.safetensors``: untied config, with ``lm_head.weight``;
-    - ``tied.safetensors``: tied config, without it, as published tied checkpoints are;
-    - ``tied-with-lm-head/``: the tied checkpoint plus ``lm_head.weight`` in a second shard (as in
-      a sharded export, where it streams after the embedding), with an index.
-    """
-    import json
-
-    from safetensors.torch import save_file
-
-    root = Path(out_dir) / "plamo2"
-    root.mkdir(parents=True, exist_ok=True)
-    meta = {"format": "pt"}
-    written = []
-    untied = make_checkpoint(Plamo2Config(tie_word_embeddings=False), seed=0)
-    save_file(untied, root / "untied.safetensors", metadata=meta)
-    written.append(root / "untied.safetensors")
-    tied_cfg = Plamo2Config(tie_word_embeddings=True)
-    tied = make_checkpoint(tied_cfg, seed=1)
-    save_file(tied, root / "tied.safetensors", metadata=meta)
-    written.append(root / "tied.safetensors")
-
-    shards = root / "tied-with-lm-head"
-    shards.mkdir(exist_ok=True)
-    with_head = make_checkpoint(tied_cfg, seed=1, include_lm_head=True)
-    head = {"lm_head.weight": with_head.pop("lm_head.weight")}
-    files = {
-        "model-00001-of-00002.safetensors": with_head,
-        "model-00002-of-00002.safetensors": head,
-    }
-    weight_map = {}
-    for fname, tensors in files.items():
-        save_file(tensors, shards / fname, metadata=meta)
-        written.append(shards / fname)
-        weight_map.update(dict.fromkeys(tensors, fname))
-    index = shards / "model.safetensors.index.json"
-    total = sum(t.numel() * t.element_size() for t in {**with_head, **head}.values())
-    body = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    index.write_text(json.dumps(body, indent=2) + "\n")
-    written.append(index)
-    return written
-
-
 # --- a config from a checkpoint header (for `loadkit inspect --model plamo2`) --------------------
 
 _LAYER = re.compile(r"^model\.layers\.layers\.(\d+)\.")
@@ -553,20 +489,13 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Plamo2Config:
     when something needed is missing or the layer pattern matches no ``mamba_step``.
     """
     by_name = {rename(k): v for k, v in tensors.items()}
-    any_file = next(iter(tensors.values())).file if tensors else "<checkpoint>"
-
-    def shape(key: str) -> tuple[int, ...]:
-        info = by_name.get(key)
-        if info is None:
-            raise CheckpointError(any_file, "needed to infer the Plamo2 config, not found", key)
-        return tuple(info.shape)
+    header = HeaderShapes(by_name, "a Plamo2 checkpoint")
+    shape = header.shape
 
     vocab, hidden = shape("model.embed_tokens.weight")
-    layers = sorted({int(m.group(1)) for k in by_name if (m := _LAYER.match(k))})
+    layers = header.indices(_LAYER)
     if not layers or layers != list(range(len(layers))):
-        raise CheckpointError(
-            any_file, f"layer indices {layers} are not 0..n-1", "model.layers.layers.0"
-        )
+        header.fail("model.layers.layers.0", f"layer indices {layers} are not 0..n-1")
     mamba = [f"model.layers.layers.{i}.mixer.A" in by_name for i in layers]
     n = len(layers)
     step = next(
@@ -579,10 +508,9 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Plamo2Config:
         None,
     )
     if step is None:
-        raise CheckpointError(
-            any_file,
-            f"mixer pattern {['mamba' if m else 'attention' for m in mamba]} fits no mamba_step",
+        header.fail(
             "model.layers.layers.*.mixer",
+            f"mixer pattern {['mamba' if m else 'attention' for m in mamba]} fits no mamba_step",
         )
     kw: dict[str, int] = {}
     if any(mamba):

@@ -23,6 +23,7 @@ from loadkit.errors import CheckpointError
 from loadkit.fmt import table
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
+from loadkit.models._common import RMSNorm, rms_norm
 from loadkit.models.plamo2 import (
     BEHAVIOURS,
     DATA_FILES,
@@ -30,10 +31,8 @@ from loadkit.models.plamo2 import (
     NameStep,
     Plamo2Config,
     Plamo2ForCausalLM,
-    RMSNorm,
     checkpoint_name,
     config_from_checkpoint,
-    rms_norm,
 )
 from loadkit.vocab import Status
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from loadkit.checkpoint.reader import open_checkpoint
+from loadkit.checkpoint.writer import save_in_order
 from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes, table
@@ -395,9 +396,9 @@ def held_packed_run(behaviour: str = "new") -> Record:
     under their original names; the parent maps them and tags its own copies."""
     config = g4.Gemma4Config()
     with tempfile.TemporaryDirectory() as tmp:
-        path = g4.write_checkpoint(
-            Path(tmp) / "attention-first.safetensors", config, order=attention_first_order(config)
-        )
+        ckpt = g4.make_checkpoint(config)
+        ordered = {n: ckpt[n] for n in attention_first_order(config)}
+        path = save_in_order(Path(tmp) / "attention-first.safetensors", ordered)
         run = _load(behaviour, open_checkpoint(path).weights(reuse_buffer=True), config)
         wrong = wrong_values(run.model, _truth(path, config))
     qkv = f"{g4.TEXT_PARAM}layers.0.self_attn.qkv_proj.weight"

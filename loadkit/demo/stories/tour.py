@@ -27,16 +27,11 @@ from loadkit.loading.counting import CopyCounter
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
 from loadkit.mapper import WeightsMapper
+from loadkit.models._common import RMSNorm, packed_weight_loader, shard_rows
 from loadkit.models.nemotron_h import NemotronHForCausalLM
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
 CHECKPOINT = DATA_DIR / "big" / "tour" / "tiny.safetensors"
-
-
-def packed_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
-    """Load one of q/k/v into its rows of the packed ``qkv_proj`` (the shard id says which)."""
-    rows = {"q": 0, "k": 1, "v": 2}[loaded_weight.shard_id] * HIDDEN
-    default_weight_loader(param.data[rows : rows + HIDDEN], loaded_weight)
 
 
 class Mamba2Mixer(nn.Module):
@@ -52,14 +47,17 @@ class Attention(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.qkv_proj = nn.Linear(HIDDEN, 3 * HIDDEN, bias=False)
-        self.qkv_proj.weight.weight_loader = packed_loader
+        # q, k, v each load into their rows of one packed parameter: the shard id says which.
+        rows = shard_rows({"q": HIDDEN, "k": HIDDEN, "v": HIDDEN})
+        name = "model.layers.1.mixer.qkv_proj.weight"
+        self.qkv_proj.weight.weight_loader = packed_weight_loader(name, rows)
         self.o_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
 
 
 class Block(nn.Module):
     def __init__(self, mixer: nn.Module) -> None:
         super().__init__()
-        self.norm = nn.RMSNorm(HIDDEN)
+        self.norm = RMSNorm(HIDDEN)
         self.mixer = mixer
 
 
@@ -68,7 +66,7 @@ class Backbone(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
         self.layers = nn.ModuleList([Block(Mamba2Mixer()), Block(Attention())])
-        self.norm_f = nn.RMSNorm(HIDDEN)
+        self.norm_f = RMSNorm(HIDDEN)
 
 
 class TinyHybrid(nn.Module):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,45 +88,13 @@ def _wants_tensors(fn: Callable[..., Any]) -> bool:
     )
 
 
-# Initialisers that fill a parameter with values. On meta there are no values to fill, and
-# torch runs random ones on meta through code that imports torch._dynamo: seconds for nothing.
-_INITS = (
-    "normal_",
-    "uniform_",
-    "trunc_normal_",
-    "kaiming_normal_",
-    "kaiming_uniform_",
-    "xavier_normal_",
-    "xavier_uniform_",
-    "orthogonal_",
-    "sparse_",
-)
-
-
-@contextmanager
-def _no_init() -> Iterator[None]:
-    from torch.nn import init
-
-    saved = {name: getattr(init, name) for name in _INITS if hasattr(init, name)}
-
-    def keep(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        return tensor
-
-    try:
-        for name in saved:
-            setattr(init, name, keep)
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(init, name, fn)
-
-
 def _on_meta(build: Callable[[], Any], spec: str) -> nn.Module:
-    import torch
     from torch import nn
 
+    from loadkit.loading.meta import on_meta
+
     try:
-        with torch.device("meta"), _no_init():
+        with on_meta():
             model = build()
     except LoadkitError:
         raise

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from loadkit.errors import MapperConfigError
@@ -34,21 +35,21 @@ if TYPE_CHECKING:
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
-# For the same reason the records here are NamedTuples and plain classes, not dataclasses:
-# `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
 
 SCHEMA_VERSION = 1
 
 # --- sections -----------------------------------------------------------------------------------
 
 
-class ShardSummary(NamedTuple):
+@dataclass(frozen=True)
+class ShardSummary:
     file: str
     tensors: int
     nbytes: int
 
 
-class CheckpointSummary(NamedTuple):
+@dataclass(frozen=True)
+class CheckpointSummary:
     path: str
     files: list[ShardSummary]
     tensors: list[TensorInfo]
@@ -77,40 +78,30 @@ class CheckpointSummary(NamedTuple):
         }
 
 
+@dataclass
 class RuleUse:
     """One mapper rule and the keys it fired for (in checkpoint order)."""
 
-    __slots__ = ("example", "fired", "rule", "stage", "target")
-
-    def __init__(self, stage: str, rule: str, target: Any) -> None:
-        self.stage = stage
-        self.rule = rule
-        self.target = target  # the replacement; None for a dropping rule; [new, shard_id]
-        self.fired = 0
-        self.example: tuple[str, str | None] | None = None  # (before, after), first firing
+    stage: str
+    rule: str
+    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
+    fired: int = 0
+    example: tuple[str, str | None] | None = None  # (before, after), first firing
 
     def __repr__(self) -> str:
         return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
 
 
+@dataclass(repr=False)
 class MapperReport:
     """Which rule fired for which key, and which keys the mapper drops."""
 
-    def __init__(
-        self,
-        source: str,  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-        rules: list[RuleUse],
-        traces: list[dict[str, Any]],  # keys a rule fired for: name, mapped, shard_id, steps
-        dropped: list[tuple[str, str]],  # (key, "stage 'rule'")
-        unchanged: int,
-        note: str | None = None,
-    ) -> None:
-        self.source = source
-        self.rules = rules
-        self.traces = traces
-        self.dropped = dropped
-        self.unchanged = unchanged
-        self.note = note
+    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+    rules: list[RuleUse]
+    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
+    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
+    unchanged: int
+    note: str | None = None
 
     def __repr__(self) -> str:
         return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
@@ -151,25 +142,18 @@ def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
 # --- the report ---------------------------------------------------------------------------------
 
 
+@dataclass(repr=False)
 class InspectReport:
     """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
     ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
     ``--json`` document."""
 
-    def __init__(
-        self,
-        checkpoint: CheckpointSummary,
-        mapper: MapperReport | None = None,
-        model: ModelSummary | None = None,
-        probe: dict[str, ProbeVerdict] | None = None,
-        load: LoadReport | None = None,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.mapper = mapper
-        self.model = model
-        self.probe = probe
-        self.load = load
-        self._layouts: dict[bool, LayoutNode] = {}
+    checkpoint: CheckpointSummary
+    mapper: MapperReport | None = None
+    model: ModelSummary | None = None
+    probe: dict[str, ProbeVerdict] | None = None
+    load: LoadReport | None = None
+    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, compare=False)
 
     def __repr__(self) -> str:
         c = self.checkpoint

@@ -13,6 +13,7 @@ header-only inspector builds it for checkpoints of any size.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadkit.fmt import format_bytes
@@ -20,33 +21,20 @@ from loadkit.fmt import format_bytes
 _NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class LayoutNode:
     """One dotted prefix: every tensor at or below it is counted here."""
 
-    __slots__ = (
-        "_indices",
-        "children",
-        "dtypes",
-        "instances",
-        "is_tensor",
-        "name",
-        "nbytes",
-        "own",
-        "path",
-        "tensors",
-    )
-
-    def __init__(self, name: str, path: str = "") -> None:
-        self.name = name  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
-        self.path = path  # the full dotted prefix; "" for the root
-        self.tensors = 0  # tensors at or below
-        self.nbytes = 0
-        self.dtypes: dict[str, int] = {}  # dtype -> tensors at or below
-        self.children: dict[str, LayoutNode] = {}
-        self.is_tensor = False  # a tensor's name ends exactly here
-        self.instances = 1  # how many numbered siblings a folded node stands for
-        self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
-        self._indices: set[int] | None = None
+    name: str  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
+    path: str = ""  # the full dotted prefix; "" for the root
+    tensors: int = 0  # tensors at or below
+    nbytes: int = 0
+    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> tensors at or below
+    children: dict[str, LayoutNode] = field(default_factory=dict)
+    is_tensor: bool = False  # a tensor's name ends exactly here
+    instances: int = 1  # how many numbered siblings a folded node stands for
+    own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
+    _indices: set[int] | None = None  # the numbers a folded node stands for, while building
 
     def __repr__(self) -> str:
         return (

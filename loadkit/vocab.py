@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from enum import StrEnum
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, overload
 
 from loadkit.errors import BehaviourError
 
@@ -20,9 +20,15 @@ BEHAVIOURS: tuple[Behaviour, ...] = ("old", "new")
 _B = TypeVar("_B", bound=str)
 
 
+@overload
+def check_behaviour(behaviour: str) -> Behaviour: ...
+@overload
+def check_behaviour(behaviour: str, allowed: Collection[_B], *, what: str = ...) -> _B: ...
+
+
 def check_behaviour(
-    behaviour: _B, allowed: Collection[str] = BEHAVIOURS, *, what: str = "behaviour"
-) -> _B:
+    behaviour: str, allowed: Collection[str] = BEHAVIOURS, *, what: str = "behaviour"
+) -> str:
     """Return ``behaviour`` if it is one of ``allowed``; else raise ``BehaviourError``.
 
     Args:
@@ -31,7 +37,8 @@ def check_behaviour(
         what: the argument's name, for the message.
 
     Returns:
-        ``behaviour`` itself, so a constructor can check and store in one line.
+        ``behaviour`` itself, typed as one of ``allowed`` (``Behaviour`` by default), so a
+        constructor can check and store in one line.
 
     >>> check_behaviour("new")
     'new'

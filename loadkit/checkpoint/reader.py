@@ -207,7 +207,7 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
             info.name,
         )
     tensor = buf.view(torch_dtype(info.dtype)).reshape(info.shape)
-    tensor.loadkit_file = info.file  # lets load errors name the file
+    tensor.loadkit_file = info.file  # type: ignore[attr-defined]  # load errors name the file
     return tensor
 
 
@@ -244,8 +244,8 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         weight_map = json.loads((p / INDEX_NAME).read_text())["weight_map"]
         shard_files = {shard: str(p / shard) for shard in set(weight_map.values())}
         for key, shard in weight_map.items():
-            info = tensors.get(key)
-            if info is None or info.file != shard_files[shard]:
+            held = tensors.get(key)
+            if held is None or held.file != shard_files[shard]:
                 raise ShardIndexError(
                     str(p / INDEX_NAME),
                     f"says shard '{shard}' holds it, but that shard does not",

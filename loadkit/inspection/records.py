@@ -100,7 +100,7 @@ class LoadReport:
     failure: str | None = None  # the load raised with no key to blame (after the last weight)
 
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(KEY_STATUSES, 0)
+        out: dict[str, int] = dict.fromkeys(KEY_STATUSES, 0)
         for k in self.keys:
             out[k.status] = out.get(k.status, 0) + 1
         return out

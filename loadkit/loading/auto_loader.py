@@ -20,7 +20,7 @@ from loadkit.errors import (
     UnknownNameError,
 )
 from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
-from loadkit.loading.weight_loaders import load_param, weight_source
+from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
 from loadkit.mapper import WeightsMapper
 from loadkit.vocab import Status
 
@@ -104,7 +104,7 @@ class AutoWeightsLoader:
                     entry.rule = f"{step.stage} {step.rule!r}" if step else "mapper"
                     continue
                 if trace.shard_id is not None:
-                    tensor.shard_id = trace.shard_id
+                    set_weight_attrs(tensor, {"shard_id": trace.shard_id})
                 name = trace.result
             entry.mapped = name
             rule = self._skip_rule(name)

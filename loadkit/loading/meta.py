@@ -10,21 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+T = TypeVar("T", bound=torch.Tensor)
 
-def to_meta(tensor: torch.Tensor) -> torch.Tensor:
+
+def to_meta(tensor: T) -> T:
     """A meta copy of ``tensor`` keeping its class, ``requires_grad`` and attributes."""
     meta = tensor.data.to("meta")
     if isinstance(tensor, nn.Parameter):
         meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
     meta.__class__ = tensor.__class__
     meta.__dict__.update(tensor.__dict__)
-    return meta
+    return cast(T, meta)  # its class is now tensor's
 
 
 # The random fills a module's initialisers end in (``nn.init.normal_`` and friends, which torch

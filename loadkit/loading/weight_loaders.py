@@ -6,7 +6,8 @@ layerwise reload finds the destination by that name when it counts and replays l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -41,6 +42,25 @@ def composed_weight_loader(
 
     composed_loader.__qualname__ = f"composed_weight_loader({getattr(loader, '__name__', loader)})"
     return composed_loader
+
+
+def set_weight_attrs(weight: torch.Tensor, attrs: Mapping[str, Any]) -> None:
+    """Attach attributes to a tensor: its ``weight_loader``, a stacked weight's ``shard_id``.
+
+    vLLM's name for it. Loading code reads such attributes with ``getattr``; setting them here
+    (and not by assignment) keeps every tensor attribute loadkit relies on in one grep.
+
+    Args:
+        weight: the parameter or checkpoint tensor.
+        attrs: attribute name -> value; existing attributes are replaced.
+
+    >>> w = torch.zeros(2)
+    >>> set_weight_attrs(w, {"shard_id": "q"})
+    >>> w.shard_id
+    'q'
+    """
+    for key, value in attrs.items():
+        setattr(weight, key, value)
 
 
 def loader_of(param: torch.Tensor) -> WeightLoader:

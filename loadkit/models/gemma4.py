@@ -32,6 +32,7 @@ from loadkit.checkpoint.dtypes import itemsize, safetensors_dtype, torch_name, t
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.weight_loaders import set_weight_attrs
 from loadkit.mapper import ShardId, WeightsMapper
 from loadkit.models._common import HeaderShapes, packed_weight_loader, shard_rows
 
@@ -341,7 +342,8 @@ class _Weight(nn.Module):
 class _Packed(_Weight):
     def __init__(self, name: str, sizes: Mapping[ShardId, int], cols: int, dtype: torch.dtype):
         super().__init__((sum(sizes.values()), cols), dtype)
-        self.weight.weight_loader = packed_weight_loader(f"{name}.weight", shard_rows(sizes))
+        loader = packed_weight_loader(f"{name}.weight", shard_rows(sizes))
+        set_weight_attrs(self.weight, {"weight_loader": loader})
 
 
 class Gemma4Attention(nn.Module):

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,11 @@ from torch import nn
 from loadkit.checkpoint.dtypes import torch_name
 from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
+from loadkit.loading.weight_loaders import (
+    composed_weight_loader,
+    default_weight_loader,
+    set_weight_attrs,
+)
 from loadkit.mapper import WeightsMapper
 from loadkit.models._common import HeaderShapes, RMSNorm, packed_weight_loader, shard_rows
 from loadkit.vocab import check_behaviour
@@ -112,11 +116,10 @@ class MambaMixer2(nn.Module):
         self._attach_loaders()
 
     def _attach_loaders(self) -> None:
-        self.A.weight_loader = composed_weight_loader(
-            default_weight_loader, lambda a: -torch.exp(a.float())
-        )
+        a_loader = composed_weight_loader(default_weight_loader, lambda a: -torch.exp(a.float()))
+        set_weight_attrs(self.A, {"weight_loader": a_loader})
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> nn.Module:
         # Moving off meta (to_empty) makes new Parameter objects without our attributes.
         out = super()._apply(fn, recurse)
         self._attach_loaders()
@@ -176,9 +179,9 @@ class NemotronHAttention(nn.Module):
 
     def _attach_loaders(self) -> None:
         # One packed loader (q, k, v by shard id), as every built-in model's packed parameters.
-        self.qkv_proj.weight.weight_loader = self._loader
+        set_weight_attrs(self.qkv_proj.weight, {"weight_loader": self._loader})
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> nn.Module:
         out = super()._apply(fn, recurse)
         self._attach_loaders()
         return out

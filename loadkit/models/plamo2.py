@@ -39,6 +39,7 @@ from loadkit.loading.weight_loaders import (
     composed_weight_loader,
     default_weight_loader,
     load_param,
+    set_weight_attrs,
     weight_source,
 )
 from loadkit.models._common import HeaderShapes, RMSNorm
@@ -147,9 +148,8 @@ class Plamo2MambaMixer(nn.Module):
         self.dt_proj = Linear(rank, heads)
         self.A = _zeros(heads)
         # The checkpoint holds A_log; upstream stores A = -exp(A_log), via a composed loader.
-        self.A.weight_loader = composed_weight_loader(
-            default_weight_loader, lambda a: -torch.exp(a.float())
-        )
+        a_loader = composed_weight_loader(default_weight_loader, lambda a: -torch.exp(a.float()))
+        set_weight_attrs(self.A, {"weight_loader": a_loader})
         self.D = _zeros(heads)
         self.dt_bias = _zeros(heads)
         self.out_proj = Linear(inner, h)

@@ -15,11 +15,10 @@ shared with the header-only inspector so the two cannot disagree.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 
@@ -28,6 +27,7 @@ from loadkit.pooling.probe import ProbeVerdict, lookup_name, match_prefix
 from loadkit.vocab import Behaviour, check_behaviour
 
 Forward = Literal["original", "mapped"]
+M = TypeVar("M", bound=torch.nn.Module)
 _GENERATE_SUFFIXES = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel", "ChatModel")
 
 
@@ -72,12 +72,12 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def as_pooling_model(
-    cls: type[torch.nn.Module],
+    cls: type[M],
     *,
     behaviour: Behaviour = "new",
     clone: bool = True,
     forward: Forward = "original",
-) -> type[torch.nn.Module]:
+) -> type[M]:
     """A subclass of ``cls`` (same constructor) whose ``load_weights`` probes the prefix.
 
     ``behaviour``: ``"old"`` probes raw checkpoint names, ``"new"`` names as the model's
@@ -89,7 +89,10 @@ def as_pooling_model(
     """
     check_behaviour(behaviour)
     check_behaviour(forward, ("original", "mapped"), what="forward")
-    return _pooling_class(cls, behaviour, bool(clone), forward)
+    key = (cls, behaviour, bool(clone), forward)
+    if key not in _CLASSES:  # one class per combination: isinstance and pickling stay sane
+        _CLASSES[key] = _pooling_class(*key)
+    return cast("type[M]", _CLASSES[key])  # a subclass of cls
 
 
 def pooling_name(name: str) -> str:
@@ -98,8 +101,12 @@ def pooling_name(name: str) -> str:
     return name + "ForPooling"
 
 
-@functools.cache
-def _pooling_class(cls: type, behaviour: str, clone: bool, forward: str) -> type:
+_CLASSES: dict[tuple[type[torch.nn.Module], Behaviour, bool, Forward], type[torch.nn.Module]] = {}
+
+
+def _pooling_class(
+    cls: type[torch.nn.Module], behaviour: Behaviour, clone: bool, forward: Forward
+) -> type[torch.nn.Module]:
     parent_load = getattr(cls, "load_weights", None)
 
     def load_weights(self: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> Any:

@@ -11,21 +11,21 @@ dropped parameter shows up in the live model.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
 
-from loadkit.loading.meta import to_meta
-from loadkit.loading.weight_loaders import WeightLoader, loader_of
+from loadkit.loading.meta import T, to_meta
+from loadkit.loading.weight_loaders import WeightLoader, loader_of, set_weight_attrs
+from loadkit.vocab import Behaviour
 
 _MISSING = object()  # a live parameter that had no weight_loader attribute of its own
 
 
-def materialise(
-    meta: torch.Tensor, device: torch.device, storage: torch.Tensor | None = None
-) -> torch.Tensor:
+def materialise(meta: T, device: torch.device, storage: torch.Tensor | None = None) -> T:
     """A real tensor shaped like ``meta``: NaN for floating dtypes (visible, deterministic), else 0.
 
     Upstream allocates with ``torch.empty``; whatever was in that memory would reach the model.
@@ -40,7 +40,7 @@ def materialise(
         t = nn.Parameter(t, requires_grad=False)
     t.__class__ = meta.__class__
     t.__dict__.update(meta.__dict__)
-    return t
+    return cast(T, t)  # its class is now meta's
 
 
 def _span_bytes(t: torch.Tensor) -> int:
@@ -66,7 +66,9 @@ class ScratchArena:
         self.buffers: dict[torch.device, torch.Tensor] = {}
         self.busy = False
 
-    def take(self, metas: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    def take(
+        self, metas: Mapping[str, torch.Tensor], device: torch.device
+    ) -> dict[str, torch.Tensor]:
         """Byte regions, one per tensor, for ``materialise``; {} when the arena is busy."""
         if self.busy:
             return {}
@@ -94,10 +96,10 @@ class LayerReload:
 
     name: str  # qualified module name, "" for the root
     module: nn.Module
-    behaviour: str
-    recorded: dict[str, torch.Tensor]  # meta tensors from record_metadata_for_reloading
+    behaviour: Behaviour
+    recorded: dict[str, nn.Parameter]  # meta tensors from record_metadata_for_reloading
     live: dict[str, nn.Parameter]  # the parameters the model runs with: storage kept
-    meta: dict[str, torch.Tensor] = field(default_factory=dict)  # stand-ins while loading
+    meta: dict[str, nn.Parameter] = field(default_factory=dict)  # stand-ins while loading
     loaders: dict[str, WeightLoader] = field(default_factory=dict)  # the unwrapped loaders
     own_loader: dict[str, object] = field(default_factory=dict)  # live attrs, restored at close
     total: int = 0
@@ -120,8 +122,8 @@ class LayerReload:
             wrapped = wrap(self, pname, self.loaders[pname])
             # Both the stand-in and the live parameter carry the wrapper: a loader that looks
             # the parameter up after finalisation must be dropped too, not written straight in.
-            stand_in.weight_loader = wrapped
-            live.weight_loader = wrapped
+            set_weight_attrs(stand_in, {"weight_loader": wrapped})
+            set_weight_attrs(live, {"weight_loader": wrapped})
             self.meta[pname] = stand_in
             self.module._parameters[pname] = stand_in
 
@@ -144,18 +146,18 @@ class LayerReload:
             if regions:
                 arena.release()  # type: ignore[union-attr]
 
-    def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, nn.Parameter]:
         return {
             pname: materialise(self.recorded[pname], self.live[pname].device, regions.get(pname))
             for pname in self.recorded
         }
 
-    def replay(self, fresh: dict[str, torch.Tensor]) -> None:
+    def replay(self, fresh: dict[str, nn.Parameter]) -> None:
         for pname, bound in self.loads:
             bound.arguments["param"] = fresh[pname]
             self.loaders[pname](*bound.args, **bound.kwargs)
 
-    def copy_back(self, fresh: dict[str, torch.Tensor]) -> None:
+    def copy_back(self, fresh: dict[str, nn.Parameter]) -> None:
         for pname, live in self.live.items():
             live.data.copy_(fresh[pname])  # loaded or not: a dropped one copies its NaN
 
@@ -171,4 +173,4 @@ class LayerReload:
             if own is _MISSING:
                 live.__dict__.pop("weight_loader", None)
             else:
-                live.weight_loader = own
+                set_weight_attrs(live, {"weight_loader": own})

@@ -84,16 +84,33 @@ class ReloadStep:
 
 @dataclass
 class _Session:
-    behaviour: str
+    behaviour: Behaviour
     layers: list[LayerReload] = field(default_factory=list)
     steps: list[ReloadStep] = field(default_factory=list)
     arena: ScratchArena = field(default_factory=ScratchArena)
     open: bool = True
 
-    def log(self, state: LayerReload, parameter: str, counted: int, **flags: object) -> None:
+    def log(
+        self,
+        state: LayerReload,
+        parameter: str,
+        counted: int,
+        *,
+        finalised: bool,
+        dropped: bool,
+        reason: str = "",
+    ) -> None:
         self.steps.append(
             ReloadStep(
-                len(self.steps), state.name, parameter, counted, state.count, state.total, **flags
+                len(self.steps),
+                state.name,
+                parameter,
+                counted,
+                state.count,
+                state.total,
+                finalised,
+                dropped,
+                reason,
             )
         )
 

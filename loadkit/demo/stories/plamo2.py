@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series, run_behaviours
@@ -324,7 +325,7 @@ def final_norm_test_table(*, tied: bool = False) -> str:
     """
     kind = _kind(tied)
     config, weights = config_of(kind), read_weights(kind)
-    traces = {}
+    traces: dict[str, dict[str, NameStep]] = {}
     for b in BEHAVIOURS:
         model = load(b, config, weights)
         traces[b] = {
@@ -363,6 +364,12 @@ def final_norm_test_table(*, tied: bool = False) -> str:
 # --- the ledger, old and new side by side --------------------------------------------------------
 
 
+def _ledger(model: nn.Module) -> LoadLedger:
+    ledger = ledger_of(model)
+    assert ledger is not None, "the load left no ledger"
+    return ledger
+
+
 def _ledger_summary(ledger: LoadLedger) -> tuple[str, str]:
     c = ledger.counts()
     ck = ", ".join(f"{n} {s}" for s, n in c["checkpoint"].items() if n)
@@ -380,7 +387,7 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
         model = Plamo2ForCausalLM(config, behaviour=b)
         got = model.load_weights(fresh(weights))
         returned[b] = "None" if got is None else f"set of {len(got)} names"
-        ledgers[b] = ledger_of(model)
+        ledgers[b] = _ledger(model)
     old, new = ledgers["old"], ledgers["new"]
     loaded = {b: {p.name for p in lg.params_with(Status.LOADED)} for b, lg in ledgers.items()}
     rows = [

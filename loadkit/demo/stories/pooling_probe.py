@@ -12,7 +12,7 @@ import dataclasses
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -22,9 +22,11 @@ from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes, table
 from loadkit.loading.counting import CloneCounter
+from loadkit.loading.weight_loaders import loader_of
 from loadkit.models import gemma4 as g4
-from loadkit.pooling.adapter import ProbeRecord, as_pooling_model
+from loadkit.pooling.adapter import Forward, ProbeRecord, as_pooling_model
 from loadkit.pooling.probe import probe_verdict
+from loadkit.vocab import BEHAVIOURS, check_behaviour
 
 GiB = 2**30
 MODEL = g4.Gemma4ForConditionalGeneration
@@ -63,7 +65,7 @@ class _Load:
     """One load through the pooling adapter, with what was seen on the way."""
 
     config: g4.Gemma4Config
-    model: torch.nn.Module
+    model: g4.Gemma4ForConditionalGeneration
     loaded: set[str]
     probe: ProbeRecord
     events: list[dict[str, Any]]
@@ -77,10 +79,11 @@ def _load(
     config: g4.Gemma4Config,
     *,
     clone: bool = True,
-    forward: str = "original",
+    forward: Forward = "original",
     meta: bool = False,
 ) -> _Load:
-    cls = as_pooling_model(MODEL, behaviour=behaviour, clone=clone, forward=forward)
+    b = check_behaviour(behaviour)
+    cls = as_pooling_model(MODEL, behaviour=b, clone=clone, forward=forward)
     if meta:
         with torch.device("meta"):
             model = cls(config)
@@ -89,9 +92,8 @@ def _load(
     events: list[dict[str, Any]] = []
     with CloneCounter() as counter:
         loaded = model.load_weights(_watched(weights, counter, events))
-    return _Load(
-        config, model, loaded, model.probe_record, events, counter.count, counter.cloned_bytes
-    )
+    record = cast(ProbeRecord, model.probe_record)  # set by the adapter's load_weights
+    return _Load(config, model, loaded, record, events, counter.count, counter.cloned_bytes)
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -206,11 +208,13 @@ def layouts_table() -> str:
             g4.TEXT_CKPT,
         ),
     ]
-    rows = [("checkpoint", "first key", "old: prefix, keys walked", "new: prefix, keys walked")]
+    rows: list[tuple[str, ...]] = [
+        ("checkpoint", "first key", "old: prefix, keys walked", "new: prefix, keys walked")
+    ]
     for label, first, params, mapper, new_prefix in cases:
         ks = keys(g4.TEXT_CKPT, new_prefix)
         cells = []
-        for b in ("old", "new"):
+        for b in BEHAVIOURS:
             v = probe_verdict(ks, params, mapper=mapper, behaviour=b)
             cells.append(f"{_prefix(v.prefix)}, {v.walked} of {v.total_keys}")
         assert ks[0][0] == first
@@ -302,7 +306,7 @@ def full_scale_run(behaviour: str = "new", num_hidden_layers: int = 35) -> Recor
         [(n, t.numel() * t.element_size()) for n, t in weights.items()],
         {n for n, _ in run.model.named_parameters()},
         mapper=run.model.hf_to_vllm_mapper,
-        behaviour=behaviour,
+        behaviour=check_behaviour(behaviour),
     )
     rec.outcome = {
         "checkpoint tensors": len(weights),
@@ -420,6 +424,7 @@ def trap_mapping_twice() -> Record:
     mapper = g4.hf_to_vllm_mapper_for(packing)
     name = f"{g4.TEXT_CKPT}layers.0.mlp.up_proj.weight"
     once = mapper.map_name(name)
+    assert once is not None
     rec = Record("forward mapped names")
     rec.outcome = {
         "checkpoint name": name,
@@ -455,12 +460,13 @@ def trap_clone_drops_shard_id() -> Record:
         "shard_id after apply()": getattr(tagged, "shard_id", None),
         "shard_id of its clone()": getattr(clone, "shard_id", None),
     }
+    loader = loader_of(param)
     try:
-        param.weight_loader(param, clone)
+        loader(param, clone)
         rec.outcome["loading the clone"] = "ok"
     except LoadkitError as exc:
         rec.outcome["loading the clone"] = f"{type(exc).__name__}: {exc}"
-    param.weight_loader(param, tagged)
+    loader(param, tagged)
     rows = param.shape[0]
     filled = int((param != 0).any(dim=1).sum())
     rec.outcome["loading the tagged tensor"] = f"ok: {filled} of {rows} rows of qkv_proj filled"

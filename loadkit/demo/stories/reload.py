@@ -23,6 +23,7 @@ from loadkit.demo.stories import DATA_DIR
 from loadkit.fmt import table
 from loadkit.loading.counting import CopyCounter, get_numel_loaded
 from loadkit.loading.ledger import ledger_of
+from loadkit.loading.weight_loaders import loader_of
 from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
 from loadkit.reload.layerwise import (
     ReloadStep,
@@ -31,7 +32,7 @@ from loadkit.reload.layerwise import (
     record_metadata_for_reloading,
     reload_log,
 )
-from loadkit.vocab import check_behaviour
+from loadkit.vocab import BEHAVIOURS, check_behaviour
 
 DATA = DATA_DIR / "nemotron_h"
 PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8])
@@ -44,6 +45,12 @@ ORDER_LABELS = {
 
 LOADED, DROPPED, NAN, KEPT = "loaded", "dropped → NaN", "NaN (not loaded)", "kept (not in update)"
 STATUSES = (LOADED, DROPPED, NAN, KEPT)
+
+
+def _never_loaded(model: torch.nn.Module) -> list[str]:
+    ledger = ledger_of(model)
+    assert ledger is not None, "the load left no ledger"
+    return ledger.never_loaded
 
 
 def _short(name: str) -> str:
@@ -131,7 +138,7 @@ def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
         nan_per_token=[int(n) for n in (~finite).sum(-1)],
         max_error=float((logits[finite] - ref[finite]).abs().max()) if finite.any() else 0.0,
         partly_loaded=[_short(n) for n in partly],
-        ledger_never_loaded=len(ledger_of(model).never_loaded),
+        ledger_never_loaded=len(_never_loaded(model)),
         warnings=[f"{w.category.__name__}: {w.message}" for w in caught],
     )
 
@@ -260,18 +267,19 @@ def composed_loader_copies() -> str:
     from loadkit.models.nemotron_h import NemotronHForCausalLM as Model
 
     with torch.device("meta"):
-        a = Model().model.layers[0].mixer.A
+        a = Model().get_parameter("model.layers.0.mixer.A")
+    loader = loader_of(a)
     a_log = torch.zeros(a.shape)
     lines = []
     with CopyCounter() as counter:
-        a.weight_loader(a, a_log)
+        loader(a, a_log)
     lines.append(
         f"A has {a.numel()} elements; its composed loader made {counter.count} copies "
         f"writing {counter.copied_numel} elements"
     )
-    for behaviour in ("old", "new"):
-        bound = inspect.signature(a.weight_loader).bind(a, a_log)
-        n, _ = get_numel_loaded(a.weight_loader, bound, behaviour=behaviour)  # type: ignore[arg-type]
+    for behaviour in BEHAVIOURS:
+        bound = inspect.signature(loader).bind(a, a_log)
+        n, _ = get_numel_loaded(loader, bound, behaviour=behaviour)
         lines.append(f"get_numel_loaded(..., behaviour={behaviour!r}) -> {n}")
     return "\n".join(lines)
 

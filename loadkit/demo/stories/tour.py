@@ -25,7 +25,12 @@ from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.counting import CopyCounter
 from loadkit.loading.ledger import LoadLedger, ledger_of
-from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
+from loadkit.loading.weight_loaders import (
+    composed_weight_loader,
+    default_weight_loader,
+    loader_of,
+    set_weight_attrs,
+)
 from loadkit.mapper import WeightsMapper
 from loadkit.models._common import RMSNorm, packed_weight_loader, shard_rows
 from loadkit.models.nemotron_h import NemotronHForCausalLM
@@ -39,7 +44,8 @@ class Mamba2Mixer(nn.Module):
         super().__init__()
         self.in_proj = nn.Linear(HIDDEN, 2 * HIDDEN, bias=False)
         self.A = nn.Parameter(torch.zeros(HEADS))
-        self.A.weight_loader = composed_weight_loader(default_weight_loader, lambda a: -a.exp())
+        a_loader = composed_weight_loader(default_weight_loader, lambda a: -a.exp())
+        set_weight_attrs(self.A, {"weight_loader": a_loader})
         self.D = nn.Parameter(torch.zeros(HEADS))
 
 
@@ -50,7 +56,7 @@ class Attention(nn.Module):
         # q, k, v each load into their rows of one packed parameter: the shard id says which.
         rows = shard_rows({"q": HIDDEN, "k": HIDDEN, "v": HIDDEN})
         name = "model.layers.1.mixer.qkv_proj.weight"
-        self.qkv_proj.weight.weight_loader = packed_weight_loader(name, rows)
+        set_weight_attrs(self.qkv_proj.weight, {"weight_loader": packed_weight_loader(name, rows)})
         self.o_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
 
 
@@ -178,7 +184,7 @@ def loader_table(model: nn.Module) -> str:
     return table(rows)
 
 
-def journey(name: str, ck: Checkpoint, model: nn.Module, ledger: LoadLedger) -> str:
+def journey(name: str, ck: Checkpoint, model: TinyHybrid, ledger: LoadLedger) -> str:
     """One checkpoint name from the header to the parameter it ends in."""
     info = ck.tensors[name]
     mapper = model.hf_to_vllm_mapper

@@ -35,6 +35,7 @@ from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import set_weight_attrs
 from loadkit.mapper import ShardId, WeightsMapper
 from loadkit.models._common import HeaderShapes, packed_weight_loader, shard_rows
+from loadkit.models.dyadic import dyadic_uniform
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_NAME = "gemma4_like"
@@ -238,9 +239,10 @@ def _tower_layout(prefix: str, n: int, hid: int, inter: int) -> dict[str, tuple[
 
 def make_tensor(seed: int, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """The values of checkpoint tensor ``name``: seeded by the name, so a tensor's values do not
-    depend on where it sits in a file (or on which other tensors a file holds)."""
+    depend on where it sits in a file (or on which other tensors a file holds). Multiples of 1/64
+    in [-2, 2]: exact in bfloat16, the same bits on every machine."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    return torch.randn(shape, generator=g).to(dtype)
+    return dyadic_uniform(shape, g, half_range=2.0, steps=128, dtype=dtype)
 
 
 def make_checkpoint(

@@ -33,6 +33,7 @@ from loadkit.loading.weight_loaders import (
 )
 from loadkit.mapper import WeightsMapper
 from loadkit.models._common import RMSNorm, packed_weight_loader, shard_rows
+from loadkit.models.dyadic import dyadic_uniform
 from loadkit.models.nemotron_h import NemotronHForCausalLM
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
@@ -96,7 +97,7 @@ def checkpoint_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g)
+        return dyadic_uniform(shape, g)  # the same bits on every machine
 
     t = {"backbone.embeddings.weight": r(VOCAB, HIDDEN)}
     t["backbone.layers.0.norm.weight"] = r(HIDDEN)

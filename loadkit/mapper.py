@@ -53,6 +53,24 @@ def _compile(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class WeightsMapper:
+    """Rules that rewrite checkpoint names into model names (SPEC 1), applied stage by stage.
+
+    Args:
+        orig_to_new_regex: pattern -> replacement (back-references allowed) or ``None`` (drop).
+        orig_to_new_substr: substring -> replacement of its first occurrence, or ``None``.
+        orig_to_new_stacked: substring -> ``(new_substr, shard_id)``: packs a tensor into a
+            stacked parameter and tags it with its shard, or ``None``.
+        orig_to_new_prefix: prefix -> new prefix (``""`` prepends to every name), or ``None``.
+        orig_to_new_suffix: suffix -> new suffix, or ``None``.
+
+    A bad rule (an empty suffix, a regex that does not compile) raises ``MapperConfigError``
+    here, when the mapper is built.
+
+    >>> m = WeightsMapper(orig_to_new_prefix={"model.": ""}, orig_to_new_substr={"debug": None})
+    >>> m.map_name("model.layers.0.w"), m.map_name("model.debug_probe")
+    ('layers.0.w', None)
+    """
+
     orig_to_new_regex: Mapping[str | re.Pattern[str], str | None] = field(default_factory=dict)
     orig_to_new_substr: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
@@ -145,17 +163,54 @@ class WeightsMapper:
     # --- the upstream surface ---
 
     def map_name(self, name: str) -> str | None:
+        """The model name for checkpoint name ``name``.
+
+        Args:
+            name: a checkpoint key.
+
+        Returns:
+            The name after every stage, or ``None`` when a rule drops it.
+
+        >>> WeightsMapper(orig_to_new_prefix={"a.": "b.", "b.": "c."}).map_name("a.x")  # chained
+        'c.x'
+        """
         return self.trace(name).result
 
     # Upstream callers (the pooling probe among them) use the private spelling.
     _map_name = map_name
 
     def map_name_with_shard(self, name: str) -> tuple[str, ShardId | None] | None:
+        """Like ``map_name``, with the shard id the last matching stacked rule gave.
+
+        Args:
+            name: a checkpoint key.
+
+        Returns:
+            ``(model name, shard id or None)``, or ``None`` when a rule drops the name.
+
+        >>> WeightsMapper(orig_to_new_stacked={"q_proj": ("qkv_proj", "q")}).map_name_with_shard(
+        ...     "attn.q_proj.weight"
+        ... )
+        ('attn.qkv_proj.weight', 'q')
+        """
         t = self.trace(name)
         return None if t.result is None else (t.result, t.shard_id)
 
     def apply(self, weights: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-        """Lazily map a weight stream, dropping ``None`` and tagging stacked weights' shard id."""
+        """Lazily map a weight stream, dropping ``None`` and tagging stacked weights' shard id.
+
+        Args:
+            weights: ``(name, tensor)`` pairs; read one at a time, as the result is consumed.
+
+        Returns:
+            An iterator of ``(model name, tensor)``; a tensor a stacked rule matched carries
+            ``tensor.shard_id``.
+
+        >>> import torch
+        >>> m = WeightsMapper(orig_to_new_stacked={"k_proj": ("qkv_proj", "k")})
+        >>> [(n, t.shard_id) for n, t in m.apply([("k_proj.weight", torch.zeros(1))])]
+        [('qkv_proj.weight', 'k')]
+        """
         for name, tensor in weights:
             t = self.trace(name)
             if t.result is None:
@@ -165,9 +220,19 @@ class WeightsMapper:
             yield t.result, tensor
 
     def apply_list(self, names: Iterable[str]) -> list[str]:
+        """``map_name`` over ``names``, dropped names left out.
+
+        >>> WeightsMapper(orig_to_new_substr={"x": None}).apply_list(["a", "x.b", "c"])
+        ['a', 'c']
+        """
         return [m for m in map(self.map_name, names) if m is not None]
 
     def apply_dict(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The mapping with its keys mapped (dropped keys left out; a later key wins).
+
+        >>> WeightsMapper(orig_to_new_prefix={"m.": ""}).apply_dict({"m.a": 1, "a": 2})
+        {'a': 2}
+        """
         out: dict[str, Any] = {}
         for name, value in values.items():
             mapped = self.map_name(name)
@@ -176,6 +241,12 @@ class WeightsMapper:
         return out
 
     def __or__(self, other: WeightsMapper) -> WeightsMapper:
+        """Both mappers' rules, field by field; ``other`` wins on a shared key.
+
+        >>> a = WeightsMapper(orig_to_new_regex={"x": "y"})
+        >>> (a | WeightsMapper(orig_to_new_prefix={"p.": ""})).map_name("p.x")  # regex kept
+        'y'
+        """
         if not isinstance(other, WeightsMapper):
             return NotImplemented
         # Every field merges; upstream once forgot the regex one and dropped its rules silently.

@@ -22,14 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
+from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
 from loadkit.errors import MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
+from loadkit.inspection.records import (
+    CheckpointSummary,
+    LoadReport,
+    MapperReport,
+    ModelSummary,
+    RuleUse,
+    ShardSummary,
+)
+from loadkit.inspection.render import render_report
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling.probe import ProbeVerdict
 
@@ -37,93 +45,6 @@ if TYPE_CHECKING:
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 
 SCHEMA_VERSION = 1
-
-# --- sections -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ShardSummary:
-    file: str
-    tensors: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class CheckpointSummary:
-    path: str
-    files: list[ShardSummary]
-    tensors: list[TensorInfo]
-    total_bytes: int
-    dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "files": [
-                {"file": s.file, "tensors": s.tensors, "bytes": s.nbytes} for s in self.files
-            ],
-            "tensor_count": len(self.tensors),
-            "bytes": self.total_bytes,
-            "dtypes": {d: {"tensors": n, "bytes": b} for d, (n, b) in self.dtypes.items()},
-            "tensors": [
-                {
-                    "name": t.name,
-                    "dtype": t.dtype,
-                    "shape": list(t.shape),
-                    "bytes": t.nbytes,
-                    "file": t.file,
-                }
-                for t in self.tensors
-            ],
-        }
-
-
-@dataclass
-class RuleUse:
-    """One mapper rule and the keys it fired for (in checkpoint order)."""
-
-    stage: str
-    rule: str
-    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
-    fired: int = 0
-    example: tuple[str, str | None] | None = None  # (before, after), first firing
-
-    def __repr__(self) -> str:
-        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
-
-
-@dataclass(repr=False)
-class MapperReport:
-    """Which rule fired for which key, and which keys the mapper drops."""
-
-    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-    rules: list[RuleUse]
-    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
-    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
-    unchanged: int
-    note: str | None = None
-
-    def __repr__(self) -> str:
-        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "rules": [
-                {
-                    "stage": r.stage,
-                    "rule": r.rule,
-                    "target": r.target,
-                    "fired": r.fired,
-                    "example": list(r.example) if r.example else None,
-                }
-                for r in self.rules
-            ],
-            "keys": self.traces,
-            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
-            "unchanged": self.unchanged,
-            "note": self.note,
-        }
 
 
 def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
@@ -205,8 +126,6 @@ class InspectReport:
 
     def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
         """The report as text: the sections in order, each list capped at ``limit`` rows."""
-        from loadkit.inspection.render import render_report
-
         return render_report(self, limit=limit, max_depth=max_depth)
 
     def __str__(self) -> str:
@@ -326,6 +245,20 @@ def inspect_checkpoint(
     left alone). ``mapper`` replaces the mapper the model loads with (the one its root
     ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
     reads). Bad input raises a ``loadkit.errors.LoadkitError``.
+
+    Args:
+        checkpoint: what to inspect; only its headers are read.
+        model: what to check it against (``None``: the header report alone, without torch).
+        mapper: rules replacing the model's own (a ``WeightsMapper``, its fields as a dict, JSON
+            text or a JSON file's path).
+        mapper_label: how the report names a given mapper.
+
+    Returns:
+        An ``InspectReport``: ``.clean``, ``.exit_status``, ``.render()``, ``.to_json()``.
+
+    >>> report = inspect_checkpoint("data/gemma4_like/model.safetensors")  # header only
+    >>> report.clean, len(report.checkpoint.tensors), report.folded_layout.find("model") is not None
+    (None, 73, True)
     """
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())

@@ -1,15 +1,22 @@
-"""The load section of an inspect report: each checkpoint key's fate, and what went wrong.
+"""What an inspect report holds, section by section: plain records, torch-free.
 
-Filled in by ``loadkit.inspection.simulate`` (which needs torch); these plain records do not, so
-a report can be rendered and serialised anywhere. Imported only when a model is inspected.
+``CheckpointSummary`` and ``MapperReport`` come from the headers (``loadkit.inspection.inspector``
+builds them); ``ModelSummary`` and ``LoadReport`` (each checkpoint key's fate, and what went wrong)
+are filled in by ``loadkit.inspection.simulate``, which needs torch. ``Report`` is what the text
+renderer (``loadkit.inspection.render``) reads of a whole report.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
+
+if TYPE_CHECKING:
+    from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.inspection.layout import LayoutNode
+    from loadkit.pooling.probe import ProbeVerdict
 
 # Short names of the statuses a report uses (``loadkit.vocab.Status`` members, not copies).
 LOADED, SKIPPED, IGNORED = Status.LOADED, Status.SKIPPED, Status.IGNORED
@@ -19,6 +26,97 @@ UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR = (
     Status.SHAPE_MISMATCH,
     Status.LOAD_ERROR,
 )
+
+
+# --- the header sections -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    file: str
+    tensors: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    path: str
+    files: list[ShardSummary]
+    tensors: list[TensorInfo]
+    total_bytes: int
+    dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "files": [
+                {"file": s.file, "tensors": s.tensors, "bytes": s.nbytes} for s in self.files
+            ],
+            "tensor_count": len(self.tensors),
+            "bytes": self.total_bytes,
+            "dtypes": {d: {"tensors": n, "bytes": b} for d, (n, b) in self.dtypes.items()},
+            "tensors": [
+                {
+                    "name": t.name,
+                    "dtype": t.dtype,
+                    "shape": list(t.shape),
+                    "bytes": t.nbytes,
+                    "file": t.file,
+                }
+                for t in self.tensors
+            ],
+        }
+
+
+@dataclass
+class RuleUse:
+    """One mapper rule and the keys it fired for (in checkpoint order)."""
+
+    stage: str
+    rule: str
+    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
+    fired: int = 0
+    example: tuple[str, str | None] | None = None  # (before, after), first firing
+
+    def __repr__(self) -> str:
+        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
+
+
+@dataclass(repr=False)
+class MapperReport:
+    """Which rule fired for which key, and which keys the mapper drops."""
+
+    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+    rules: list[RuleUse]
+    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
+    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
+    unchanged: int
+    note: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rules": [
+                {
+                    "stage": r.stage,
+                    "rule": r.rule,
+                    "target": r.target,
+                    "fired": r.fired,
+                    "example": list(r.example) if r.example else None,
+                }
+                for r in self.rules
+            ],
+            "keys": self.traces,
+            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
+            "unchanged": self.unchanged,
+            "note": self.note,
+        }
+
+
+# --- the model sections (filled in by the dry load) ----------------------------------------
 
 
 @dataclass
@@ -162,3 +260,22 @@ class LoadReport:
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+# --- the whole report, as the renderer reads it ------------------------------------------------
+
+
+class Report(Protocol):
+    """The parts of a report the renderer reads (``loadkit.inspection.inspector.InspectReport``)."""
+
+    checkpoint: CheckpointSummary
+    mapper: MapperReport | None
+    model: ModelSummary | None
+    probe: dict[str, ProbeVerdict] | None
+    load: LoadReport | None
+
+    @property
+    def folded_layout(self) -> LayoutNode: ...
+
+    @property
+    def clean(self) -> bool | None: ...

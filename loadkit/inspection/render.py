@@ -12,7 +12,7 @@ from loadkit.fmt import format_bytes, table
 from loadkit.vocab import Status
 
 if TYPE_CHECKING:
-    from loadkit.inspection.inspector import InspectReport, LoadReport
+    from loadkit.inspection.records import LoadReport, Report
     from loadkit.pooling.probe import ProbeVerdict
 
 
@@ -23,7 +23,7 @@ def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> li
     return out
 
 
-def _checkpoint(r: InspectReport) -> list[str]:
+def _checkpoint(r: Report) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
@@ -42,7 +42,7 @@ def _checkpoint(r: InspectReport) -> list[str]:
     return lines
 
 
-def _mapper(r: InspectReport, limit: int) -> list[str]:
+def _mapper(r: Report, limit: int) -> list[str]:
     m = r.mapper
     assert m is not None
     renamed = len(m.traces) - len(m.dropped)
@@ -156,7 +156,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     return lines
 
 
-def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = None) -> str:
+def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -> str:
     lines = _checkpoint(r)
     lines += ["", "layout  (numbered siblings folded into {a-b})"]
     tree = r.folded_layout.render(max_depth=max_depth)

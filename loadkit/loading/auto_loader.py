@@ -43,6 +43,27 @@ def _qualname(prefix: str, rest: str) -> str:
 
 
 class AutoWeightsLoader:
+    """Loads a checkpoint stream into ``module`` by walking its module tree (SPEC 3).
+
+    Args:
+        module: the root module.
+        skip_prefixes: names (after the mapper) starting with one of these are skipped.
+        skip_substrs: names containing one of these are skipped (the rotary buffers always are).
+        ignore_unexpected_prefixes: a name the module does not have is ignored, not an error,
+            when it starts with one of these...
+        ignore_unexpected_suffixes: ...or ends with one of these.
+
+    The caller's lists are copied, never changed. After ``load_weights``, ``self.ledger``
+    accounts for every checkpoint name and every model tensor.
+
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False))
+    >>> loader = AutoWeightsLoader(model, skip_prefixes=["lm_head."])
+    >>> loader.load_weights([("0.weight", torch.eye(2)), ("lm_head.weight", torch.eye(2))])
+    {'0.weight'}
+    >>> [(e.name, e.status) for e in loader.ledger.entries]
+    [('0.weight', 'loaded'), ('lm_head.weight', 'skipped')]
+    """
+
     ROTARY_EMBEDS_UNUSED_WEIGHTS = ROTARY_EMBEDS_UNUSED_WEIGHTS
 
     def __init__(
@@ -220,7 +241,16 @@ class AutoWeightsLoader:
         *,
         mapper: WeightsMapper | None = None,
     ) -> set[str]:
-        """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest."""
+        """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest.
+
+        Args:
+            weights: ``(checkpoint name, tensor)`` pairs, read lazily.
+            mapper: maps each name first (``WeightsMapper.apply``), if given.
+
+        Returns:
+            The fully qualified names loaded (never the skipped or ignored ones). A name the
+            model does not have raises ``UnknownNameError`` with the nearest existing names.
+        """
         self.ledger = LoadLedger(self.module)
         remember(self.module, self.ledger)
         return set(self._load_module("", self.module, self._entries(weights, mapper)))

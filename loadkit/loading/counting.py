@@ -28,7 +28,13 @@ class EagerDispatchMode(TorchDispatchMode):
 
 
 class CopyCounter(EagerDispatchMode):
-    """Counts ``aten.copy_`` calls and the elements they write (the destination's numel)."""
+    """Counts ``aten.copy_`` calls and the elements they write (the destination's numel).
+
+    >>> with CopyCounter() as c:
+    ...     _ = torch.zeros(3).copy_(torch.ones(3))
+    >>> c.count, c.copied_numel
+    (1, 3)
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,7 +49,13 @@ class CopyCounter(EagerDispatchMode):
 
 
 class CloneCounter(EagerDispatchMode):
-    """Counts ``aten.clone`` calls and the bytes they allocate."""
+    """Counts ``aten.clone`` calls and the bytes they allocate.
+
+    >>> with CloneCounter() as c:
+    ...     _ = torch.zeros(4, dtype=torch.bfloat16).clone()
+    >>> c.count, c.cloned_bytes
+    (1, 8)
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +81,21 @@ def get_numel_loaded(
     ``"old"`` reports every copied element, so a loader that copies twice (the composed loader)
     counts double. ``"new"`` caps the count at the destination's size: a loader fills one
     parameter, so it cannot have loaded more than that parameter holds.
+
+    Args:
+        weight_loader: the loader to run.
+        args: its bound arguments; ``args.arguments["param"]`` is the destination.
+        behaviour: ``"old"`` (uncapped) or ``"new"`` (capped).
+
+    Returns:
+        ``(elements counted, the loader's return value)``.
+
+    >>> import inspect
+    >>> from loadkit import composed_weight_loader, default_weight_loader
+    >>> load = composed_weight_loader(default_weight_loader, lambda a: -a.exp())
+    >>> bound = inspect.signature(load).bind(torch.zeros(4), torch.zeros(4))
+    >>> get_numel_loaded(load, bound, behaviour="old")[0], get_numel_loaded(load, bound)[0]
+    (8, 4)
     """
     check_behaviour(behaviour)
     with CopyCounter() as counter:

@@ -17,7 +17,26 @@ WeightLoader = Callable[..., object]
 
 
 def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
-    """Copy ``loaded_weight`` into ``param``; dtypes are cast as ``copy_`` casts them."""
+    """Copy ``loaded_weight`` into ``param``; dtypes are cast as ``copy_`` casts them.
+
+    Args:
+        param: the parameter (or buffer) to fill.
+        loaded_weight: the checkpoint tensor, of ``param``'s shape (one-element tensors of shapes
+            ``()`` and ``(1,)`` mix).
+
+    Returns:
+        ``None``; a shape that does not fit raises ``ShapeMismatchError`` naming both shapes.
+
+    >>> p = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16), requires_grad=False)
+    >>> default_weight_loader(p, torch.tensor([1.5, -2.0]))
+    >>> p.tolist()
+    [1.5, -2.0]
+    >>> default_weight_loader(p, torch.zeros(3))
+    Traceback (most recent call last):
+    ...
+    loadkit.errors.ShapeMismatchError: Shape mismatch loading parameter: parameter has shape [2], \
+checkpoint weight has shape [3].
+    """
     if param.numel() == 1 and loaded_weight.numel() == 1:
         # Scalars saved as () and as (1,) are the same value: let them mix. A copy (not a fill)
         # keeps the load visible to copy counting.
@@ -34,6 +53,19 @@ def composed_weight_loader(
     """A loader that runs ``loader`` and then replaces the parameter by ``fn(param)``.
 
     That is two copies into the same parameter: the reason layerwise reload once over-counted.
+
+    Args:
+        loader: the first loader (usually ``default_weight_loader``).
+        fn: computes the stored value from the loaded parameter (Mamba's ``-exp(A_log)``).
+
+    Returns:
+        A weight loader ``(param, loaded_weight) -> None``.
+
+    >>> load_a = composed_weight_loader(default_weight_loader, lambda a: -a.exp())
+    >>> a = torch.zeros(2)
+    >>> load_a(a, torch.zeros(2))
+    >>> a.tolist()
+    [-1.0, -1.0]
     """
 
     def composed_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:

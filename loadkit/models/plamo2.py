@@ -59,7 +59,11 @@ BEHAVIOURS: tuple[Plamo2Behaviour, ...] = get_args(Plamo2Behaviour)
 
 @dataclass
 class Plamo2Config:
-    """Sizes of the model. The defaults make a tiny model: layer 0 mamba, layer 1 attention."""
+    """Sizes of the model. The defaults make a tiny model: layer 0 mamba, layer 1 attention.
+
+    >>> Plamo2Config().layer_kinds, Plamo2Config(num_hidden_layers=4).layer_kinds
+    (['mamba', 'attention'], ['mamba', 'attention', 'mamba', 'attention'])
+    """
 
     hidden_size: int = 16
     num_hidden_layers: int = 2
@@ -359,6 +363,23 @@ class Plamo2Model(nn.Module):
 
 
 class Plamo2ForCausalLM(nn.Module):
+    """The Plamo2-like causal LM, loading with one of four behaviours (see the module docstring).
+
+    Args:
+        config: the sizes (``Plamo2Config``).
+        behaviour: ``"old"``, ``"new"``, ``"moved-verbatim"`` or ``"loose-match"``.
+
+    >>> config = Plamo2Config()
+    >>> ckpt = make_checkpoint(config, seed=0)
+    >>> norms = {}
+    >>> for b in ("new", "moved-verbatim"):
+    ...     model = Plamo2ForCausalLM(config, behaviour=b)
+    ...     _ = model.load_weights((k, v.clone()) for k, v in ckpt.items())
+    ...     norms[b] = (model.model.norm.weight - ckpt["model.norm.weight"]).unique().tolist()
+    >>> norms  # the final norm's +1.0 offset, lost by the loader moved verbatim
+    {'new': [1.0], 'moved-verbatim': [0.0]}
+    """
+
     def __init__(self, config: Plamo2Config, *, behaviour: str = "new") -> None:
         super().__init__()
         self.config = config
@@ -449,6 +470,19 @@ def make_checkpoint(
     or extra offset shows as exactly 1.0; other weights are multiples of 1/256 in [-1, 1].
     ``include_rotary`` adds a ``rotary_emb.inv_freq`` per attention layer, as some older exports
     carry.
+
+    Args:
+        config: the model's sizes; ``config.tie_word_embeddings`` decides ``lm_head.weight``.
+        seed: fixes every value.
+        include_lm_head: force ``lm_head.weight`` in (or out).
+        include_rotary: add the rotary buffers some exports carry.
+
+    Returns:
+        ``{checkpoint name: tensor}`` in model order.
+
+    >>> ckpt = make_checkpoint(Plamo2Config(tie_word_embeddings=True))
+    >>> "lm_head.weight" in ckpt, "model.layers.layers.0.mixer.A_log" in ckpt
+    (False, True)
     """
     with torch.device("meta"):
         shapes = Plamo2ForCausalLM(config).named_parameters()

@@ -86,6 +86,26 @@ def as_pooling_model(
     iterators corrupt); ``forward="mapped"`` maps the stream with ``hf_to_vllm_mapper`` before
     the probe and forwards mapped names (the parent maps them again, and the clones lose the
     ``shard_id`` the mapper set). After a load, ``model.probe_record`` tells what the probe did.
+
+    Args:
+        cls: a model class with (or without) its own ``load_weights``.
+        behaviour: ``"old"`` or ``"new"`` (see above).
+        clone: hold clones of the walked weights (``False``: the rejected design).
+        forward: ``"original"`` names to the parent loader, or ``"mapped"`` (rejected design).
+
+    Returns:
+        A subclass of ``cls`` named ``...ForPooling``, one per combination of the arguments.
+
+    >>> import torch
+    >>> class TinyForCausalLM(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.model = torch.nn.Linear(2, 2, bias=False)
+    >>> model = as_pooling_model(TinyForCausalLM, behaviour="new")()
+    >>> model.load_weights([("weight", torch.eye(2))])  # saved headless: found under "model."
+    {'model.weight'}
+    >>> type(model).__name__, model.probe_record.prefix, model.probe_record.clones
+    ('TinyForPooling', 'model.', 1)
     """
     check_behaviour(behaviour)
     check_behaviour(forward, ("original", "mapped"), what="forward")

@@ -126,7 +126,22 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module, dict[str, nn.Paramet
 
 
 def record_metadata_for_reloading(model: nn.Module) -> None:
-    """Keep each layer's parameters as meta tensors, for every later reload of ``model``."""
+    """Keep each layer's parameters as meta tensors, for every later reload of ``model``.
+
+    Args:
+        model: the loaded model; every module with direct parameters is a layer.
+
+    Returns:
+        ``None``; raises ``ReloadStateError`` while a reload is open.
+
+    >>> import torch
+    >>> from loadkit import AutoWeightsLoader
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
+    >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
+    >>> record_metadata_for_reloading(model)
+    >>> model[0]._loadkit_reload_meta["weight"].device.type
+    'meta'
+    """
     session = getattr(model, _SESSION_ATTR, None)
     if session is not None and session.open:
         raise ReloadStateError(
@@ -164,7 +179,29 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) 
 
 
 def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new") -> None:
-    """Put every layer on meta, zero its counter and wrap its loaders (see the module doc)."""
+    """Put every layer on meta, zero its counter and wrap its loaders (see the module doc).
+
+    Args:
+        model: a model whose metadata was recorded (``record_metadata_for_reloading``).
+        behaviour: ``"old"`` counts every copied element, ``"new"`` caps each call at its
+            parameter's size.
+
+    Returns:
+        ``None``; the model's own load path then runs the wrapped loaders.
+
+    >>> import torch
+    >>> from loadkit import AutoWeightsLoader
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
+    >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
+    >>> record_metadata_for_reloading(model)
+    >>> initialize_layerwise_reload(model, behaviour="new")
+    >>> model[0].weight.device.type  # on meta until the layer is complete
+    'meta'
+    >>> sorted(AutoWeightsLoader(model).load_weights(update))
+    ['0.bias', '0.weight']
+    >>> model[0].weight.device.type, model[0].bias.tolist()  # finalised when its count hit 6
+    ('cpu', [1.0, 1.0])
+    """
     check_behaviour(behaviour)
     previous = getattr(model, _SESSION_ATTR, None)
     if previous is not None and previous.open:
@@ -238,6 +275,27 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
 
     A layer nobody loaded keeps its current values (warned separately); a partly loaded one is
     finalised like any other, so its missing parameters become NaN.
+
+    Args:
+        model: a model with a reload open.
+
+    Returns:
+        The names of the layers that were partly loaded (each also a ``PartialLayerWarning``).
+
+    >>> import torch
+    >>> from loadkit import AutoWeightsLoader
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
+    >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
+    >>> record_metadata_for_reloading(model)
+    >>> initialize_layerwise_reload(model)
+    >>> _ = AutoWeightsLoader(model).load_weights(update[:1])  # no bias
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     finalize_layerwise_reload(model)
+    ['0']
+    >>> model[0].bias.isnan().all().item()  # the dropped parameter shows as NaN
+    True
     """
     session = getattr(model, _SESSION_ATTR, None)
     if session is None or not session.open:
@@ -278,6 +336,26 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
 
 
 def reload_log(model: nn.Module) -> list[ReloadStep]:
-    """Every step of the current (or last) reload of ``model``, in order; [] if none ran."""
+    """Every step of the current (or last) reload of ``model``, in order; [] if none ran.
+
+    Args:
+        model: the model reloaded.
+
+    Returns:
+        ``ReloadStep`` records: layer, parameter, elements counted, running count, total, and
+        whether the step finalised the layer or was dropped.
+
+    >>> import torch
+    >>> from loadkit import AutoWeightsLoader
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
+    >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
+    >>> record_metadata_for_reloading(model)
+    >>> initialize_layerwise_reload(model)
+    >>> _ = AutoWeightsLoader(model).load_weights(update)
+    >>> finalize_layerwise_reload(model)
+    []
+    >>> [(s.parameter, s.counted, s.running, s.finalised) for s in reload_log(model)]
+    [('weight', 4, 4, False), ('bias', 2, 6, True)]
+    """
     session = getattr(model, _SESSION_ATTR, None)
     return list(session.steps) if session is not None else []

@@ -1,0 +1,214 @@
+"""The package's rules, checked on its source: what imports what.
+
+- The header-only path (``import loadkit``, the inspection package except ``simulate``, the
+  checkpoint reader, the mapper, the probe's decision) never imports torch.
+- No import cycle among loadkit modules, counting every import: module level, inside functions
+  and under ``TYPE_CHECKING`` (a cycle that only type checkers see is still two modules that
+  cannot be read apart).
+- The library never imports the notebook layer (``loadkit.demo``).
+- ``loadkit/`` itself holds a handful of modules; everything else lives in subpackages.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "loadkit"
+DATA = PACKAGE.parent / "data"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The loadkit modules ``name`` imports anywhere in its source (``from a import b`` counts
+    ``a``, and ``a.b`` when ``b`` is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_sees_real_edges():
+    # The checks below are only as good as the graph: it must see the imports we know of.
+    assert "loadkit.inspection.render" in GRAPH["loadkit.inspection.inspector"]  # module level
+    assert "loadkit.models.registry" in GRAPH["loadkit.inspection.inspector"]  # in a function
+    assert "loadkit.pooling.probe" in GRAPH["loadkit.inspection.render"]  # under TYPE_CHECKING
+    assert "loadkit.errors" in GRAPH["loadkit.vocab"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_library_never_imports_the_demo():
+    offenders = {
+        name: sorted(m for m in deps if m == "loadkit.demo" or m.startswith("loadkit.demo."))
+        for name, deps in GRAPH.items()
+        if not (name == "loadkit.demo" or name.startswith("loadkit.demo."))
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_a_handful_of_top_level_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "errors.py", "fmt.py", "mapper.py", "vocab.py"]
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    for required in ("checkpoint", "demo", "inspection", "loading", "models", "pooling", "reload"):
+        assert required in packages
+
+
+TORCH_FREE = [
+    "loadkit",
+    "loadkit.errors",
+    "loadkit.fmt",
+    "loadkit.mapper",
+    "loadkit.vocab",
+    "loadkit.checkpoint",
+    "loadkit.checkpoint.dtypes",
+    "loadkit.checkpoint.reader",
+    "loadkit.pooling",
+    "loadkit.pooling.probe",
+    *sorted(
+        m for m in MODULES if m.startswith("loadkit.inspection") and not m.endswith(".simulate")
+    ),
+]
+
+
+def test_the_header_only_path_never_imports_torch():
+    """Every torch-free module imported, then a whole header-only report built, rendered and
+    serialised (with a mapper traced over the names), in a fresh process."""
+    code = f"""
+import importlib, json, sys
+for name in {TORCH_FREE!r}:
+    importlib.import_module(name)
+from loadkit import LoadkitError, inspect_checkpoint, open_checkpoint
+from loadkit.inspection.cli import main
+report = inspect_checkpoint({str(DATA / "plamo2" / "tied-with-lm-head")!r},
+                            mapper={{"orig_to_new_prefix": {{"model.": ""}}}})
+text, doc = report.render(), report.to_json()
+assert main(["inspect", {str(DATA / "gemma4_like" / "model.safetensors")!r}, "--json"]) == 0
+print(json.dumps({{"torch": "torch" in sys.modules, "lines": len(text.splitlines()),
+                  "mapper": report.mapper is not None}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last == {"torch": False, "lines": last["lines"], "mapper": True} and last["lines"] > 5
+
+
+def test_simulate_is_the_inspection_module_that_needs_torch():
+    # The rule's one exception, named in the inspection package's docstring.
+    assert "torch" in {n.split(".")[0] for n in _third_party("loadkit.inspection.simulate")}
+    doc = ast.get_docstring(ast.parse(MODULES["loadkit.inspection"].read_text())) or ""
+    assert "simulate" in doc and "torch" in doc
+
+
+def _third_party(name: str) -> set[str]:
+    tree = ast.parse(MODULES[name].read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", ["loadkit.checkpoint.reader", "loadkit.inspection.layout"])
+def test_torch_free_modules_do_not_even_mention_it_at_import(module):
+    # Not just untouched at run time: no module-level torch import at all.
+    tree = ast.parse(MODULES[module].read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
+    assert not {n for n in names if n == "torch" or n.startswith("torch.")}
+
+
+def _readme_table() -> list[str]:
+    """Module names in the first column of the README's library table."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    section = text.split("## The library", 1)[1].split("\n#", 1)[0]
+    names = []
+    for line in section.splitlines():
+        if line.startswith("| `loadkit"):
+            first = line.split("|")[1]
+            names += [n.strip().strip("`") for n in first.split(",")]
+    return names
+
+
+def test_the_readme_table_names_every_module_and_only_real_ones():
+    named = _readme_table()
+    listed = {n for n in named if not n.endswith(".*")}
+    assert sorted(listed - set(MODULES)) == []  # each named module exists
+    covered = {m for m in MODULES if m in listed}
+    covered |= {m for m in MODULES for n in named if n.endswith(".*") and m.startswith(n[:-1])}
+    packages_only = {m for m, p in MODULES.items() if p.name == "__init__.py"} - {"loadkit"}
+    unlisted = set(MODULES) - covered - packages_only - {"loadkit.__main__"}
+    assert sorted(unlisted) == []  # and every module is named

@@ -45,6 +45,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for prop, t in sorted(TALLY.items()):
         for what in t.first_unexplained:
             terminalreporter.write_line(f"  {prop}: {what}")
+        for what in t.first_documented:
+            terminalreporter.write_line(f"  {prop} (documented): {what}")
     out = os.environ.get("LOADKIT_UPSTREAM_TALLY")
     if out:
         Path(out).write_text(tally_json())

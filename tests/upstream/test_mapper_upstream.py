@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from upstream.common import PROPERTY, Difference, loadkit_side, record, run
+from upstream.common import PROPERTY, Difference, loadkit_side, rare, record, run
 
 PARTS = ["model", "layers", "0", "1", "q_proj", "k_proj", "weight", "bias", "norm", "gamma"]
 FRAGMENTS = ["", "model.", "layers.", ".0", "0", "q_proj", "k_proj", "proj", ".weight", "weight",
@@ -55,15 +55,6 @@ renamings = st.lists(
     ),
     max_size=2,
 )
-
-
-@st.composite
-def rare(draw, p: int = 30) -> bool:
-    """True about once in ``p`` draws: documented-deviation inputs stay a small share.
-
-    A middle value, not 0: hypothesis draws the ends of a range far more often than 1 in ``p``.
-    """
-    return draw(st.integers(0, p - 1)) == p // 2
 
 
 @st.composite

@@ -19,7 +19,7 @@ SKIPPED = "skipped"
 IGNORED = "ignored"
 MAPPER_DROPPED = "dropped by mapper"
 DELEGATED = "delegated"
-UNCONSUMED = "unconsumed"  # pulled by nobody: a loader that stopped early
+UNCONSUMED = "unconsumed"  # pulled by nobody: the load stopped before it (an error)
 ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED)
 
 NOT_LOADED = "never loaded"

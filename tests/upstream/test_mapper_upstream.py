@@ -89,8 +89,10 @@ def rule_table(draw, *, stacked: bool = False, suffix: bool = False):
 
 @st.composite
 def mapper_rules(draw):
+    # Every stage left at its default when it has no rules, renaming included.
+    renaming = draw(renamings)
     return {
-        "orig_to_new_renaming": draw(renamings),
+        **({"orig_to_new_renaming": renaming} if renaming else {}),
         "orig_to_new_regex": draw(regex_rules()),
         "orig_to_new_substr": draw(rule_table()),
         "orig_to_new_stacked": draw(rule_table(stacked=True)),
@@ -206,7 +208,10 @@ def test_mapper_maps_like_upstream(up, rules, names_):
 @given(a=mapper_rules(), b=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
 def test_merged_mapper_maps_like_upstream(up, a, b, names_):
     lk = loadkit_side()
-    merged_rules = {f: (a[f] + b[f]) if f.endswith("renaming") else {**a[f], **b[f]} for f in a}
+    merged_rules = {
+        f: [*a.get(f, []), *b.get(f, [])] if f.endswith("renaming") else {**a[f], **b[f]}
+        for f in {*a, *b}
+    }
     built = run(lambda: lk.WeightsMapper(**a) | lk.WeightsMapper(**b))
     up_m = up.WeightsMapper(**a) | up.WeightsMapper(**b)
     prop = "mapper: merged mappers"

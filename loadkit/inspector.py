@@ -289,15 +289,9 @@ def parse_mapper(
 
 def mapper_report(mapper: WeightsMapper, names: list[str], source: str) -> MapperReport:
     """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys."""
-    from loadkit.mapper import STAGES
-
     rules: dict[tuple[str, str], RuleUse] = {}
-    for stage in STAGES:
-        for rule, target in getattr(mapper, f"orig_to_new_{stage}").items():
-            text = getattr(rule, "pattern", rule)
-            rules[(stage, text)] = RuleUse(
-                stage, text, list(target) if isinstance(target, tuple) else target
-            )
+    for stage, text, target in mapper.rules():
+        rules.setdefault((stage, text), RuleUse(stage, text, target))
     traces: list[dict[str, Any]] = []
     dropped: list[tuple[str, str]] = []
     unchanged = 0

@@ -1,23 +1,58 @@
-"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1).
+"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1, 10).
 
-Five stages run in a fixed order (regex, substr, stacked, prefix, suffix). Within a stage every
-rule is tried in dict order against the name as the earlier rules left it, so rules chain. A rule
-whose value is ``None`` drops the weight. This module does not import torch: the header-only
-inspector maps names without it.
+Six stages run in a fixed order (renaming, regex, substr, stacked, prefix, suffix). Within a stage
+every rule is tried in order against the name as the earlier rules left it, so rules chain. A rule
+whose value is ``None`` drops the weight. The first stage, as upstream's, is a list of renaming
+objects (transformers' ``WeightRenaming``) with ``rename_source_key(key) -> (new_key, matched)``.
+This module does not import torch: the header-only inspector maps names without it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from loadkit.errors import MapperConfigError
 
-STAGES = ("regex", "substr", "stacked", "prefix", "suffix")
+STAGES = ("renaming", "regex", "substr", "stacked", "prefix", "suffix")
+DICT_STAGES = STAGES[1:]  # the stages whose rules are a mapping (and can come from JSON)
 
 ShardId = Any  # upstream uses ints and strings ("q", "k", "v", 0, 1, ...)
+
+
+class Renaming(Protocol):
+    """A rule of the renaming stage: transformers' ``WeightRenaming`` is one.
+
+    ``rename_source_key(key)`` returns ``(new_key, matched)``; ``matched`` is the source pattern
+    that matched (``None`` when the rule did not apply).
+    """
+
+    def rename_source_key(self, source_key: str) -> tuple[str, Any]: ...
+
+
+def renaming_label(rule: Any) -> str:
+    """A renaming rule as one line of text: ``'LayerNorm.gamma -> LayerNorm.weight'``.
+
+    >>> class R:
+    ...     source_patterns, target_patterns, scope_prefix = ["a"], ["b"], None
+    >>> renaming_label(R())
+    'a -> b'
+    """
+    sources = getattr(rule, "source_patterns", None)
+    targets = getattr(rule, "target_patterns", None)
+    if not sources or not targets:
+        return repr(rule)
+    text = f"{' | '.join(sources)} -> {' | '.join(targets)}"
+    scope = getattr(rule, "scope_prefix", None)
+    return f"{text} (under {scope!r})" if scope else text
+
+
+def renaming_target(rule: Any) -> str | None:
+    """What a renaming rule writes (its first target pattern), for reports."""
+    targets = getattr(rule, "target_patterns", None)
+    return targets[0] if targets else None
 
 
 class MapStep(NamedTuple):
@@ -53,6 +88,7 @@ def _compile(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class WeightsMapper:
+    orig_to_new_renaming: Sequence[Renaming] = ()
     orig_to_new_regex: Mapping[str | re.Pattern[str], str | None] = field(default_factory=dict)
     orig_to_new_substr: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
@@ -61,6 +97,14 @@ class WeightsMapper:
 
     def __post_init__(self) -> None:
         # Validate at build time: upstream only fails (or silently misbehaves) at use.
+        renamings = tuple(self.orig_to_new_renaming)
+        for rule in renamings:
+            if not callable(getattr(rule, "rename_source_key", None)):
+                raise MapperConfigError(
+                    "WeightsMapper: orig_to_new_renaming holds objects with "
+                    f"rename_source_key(key) (transformers' WeightRenaming), not {rule!r}"
+                )
+        object.__setattr__(self, "orig_to_new_renaming", renamings)  # frozen: a tuple
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
             rx = _compile(pattern)
@@ -105,6 +149,16 @@ class WeightsMapper:
         def fire(stage: str, rule: str, after: str | None) -> None:
             steps.append(MapStep(stage, rule, key, after))
 
+        for renaming in self.orig_to_new_renaming:
+            new, matched = renaming.rename_source_key(key)
+            if not isinstance(new, str):
+                raise MapperConfigError(
+                    f"WeightsMapper: renaming {renaming_label(renaming)!r} turned {key!r} into "
+                    f"{new!r}, not a name"
+                )
+            if matched is not None or new != key:
+                fire("renaming", renaming_label(renaming), new)
+                key = new
         for rx, repl in self._regex:  # type: ignore[attr-defined]
             if rx.search(key):
                 new = None if repl is None else rx.sub(repl, key)
@@ -179,26 +233,50 @@ class WeightsMapper:
         if not isinstance(other, WeightsMapper):
             return NotImplemented
         # Every field merges; upstream once forgot the regex one and dropped its rules silently.
+        # Renamings are a list: concatenated, as upstream.
         return WeightsMapper(
+            orig_to_new_renaming=(*self.orig_to_new_renaming, *other.orig_to_new_renaming),
             **{
                 f"orig_to_new_{s}": {
                     **getattr(self, f"orig_to_new_{s}"),
                     **getattr(other, f"orig_to_new_{s}"),
                 }
-                for s in STAGES
-            }
+                for s in DICT_STAGES
+            },
         )
 
     def is_empty(self) -> bool:
         return not any(getattr(self, f"orig_to_new_{s}") for s in STAGES)
+
+    def rules(self) -> Iterator[tuple[str, str, Any]]:
+        """Every rule in the order it is tried: ``(stage, rule as text, target)``.
+
+        The rule text is what ``trace`` records in its steps; the target is the replacement
+        (``None``: drops), ``[new_substr, shard_id]`` for stacked rules.
+
+        >>> list(WeightsMapper(orig_to_new_prefix={"model.": ""}).rules())
+        [('prefix', 'model.', '')]
+        """
+        for rule in self.orig_to_new_renaming:
+            yield "renaming", renaming_label(rule), renaming_target(rule)
+        for stage in DICT_STAGES:
+            for rule, target in getattr(self, f"orig_to_new_{stage}").items():
+                text = getattr(rule, "pattern", rule)
+                yield stage, text, list(target) if isinstance(target, tuple) else target
 
     @classmethod
     def from_json(cls, rules: Mapping[str, Mapping[str, Any]]) -> WeightsMapper:
         """Build from ``{"orig_to_new_prefix": {...}, ...}`` as read from JSON.
 
         JSON has no tuples: a stacked rule's ``[new_substr, shard_id]`` list becomes a tuple.
+        Renamings are objects, not JSON: the renaming stage cannot be given this way.
         """
-        fields = {f"orig_to_new_{s}" for s in STAGES}
+        if "orig_to_new_renaming" in rules:
+            raise MapperConfigError(
+                "WeightsMapper: orig_to_new_renaming holds objects (transformers' WeightRenaming), "
+                "which JSON cannot express; use orig_to_new_regex rules instead"
+            )
+        fields = {f"orig_to_new_{s}" for s in DICT_STAGES}
         unknown = set(rules) - fields
         if unknown:
             raise MapperConfigError(

@@ -161,3 +161,78 @@ def test_from_json_checks_fields():
         WeightsMapper.from_json({"orig_to_new_prefixes": {}})
     with pytest.raises(MapperConfigError, match="str to str or None"):
         WeightsMapper(orig_to_new_prefix={"a": 3})
+
+
+# --- the renaming stage (upstream's first: transformers' WeightRenaming objects) ---------------
+
+
+class Rename:
+    """A renaming rule as upstream calls it: rename_source_key(key) -> (new_key, matched)."""
+
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+        self.source_patterns, self.target_patterns, self.scope_prefix = [old], [new], None
+
+    def rename_source_key(self, key):
+        if self.old not in key:
+            return key, None
+        return key.replace(self.old, self.new), self.old
+
+
+def test_renaming_runs_first_and_renamings_chain():
+    m = WeightsMapper(
+        orig_to_new_renaming=[Rename("gamma", "weight"), Rename("weight", "w")],
+        orig_to_new_regex={r"\.w$": ".W"},  # sees the renamed name
+    )
+    t = m.trace("ln.gamma")
+    assert t.result == "ln.W"
+    assert [(s.stage, s.rule, s.after) for s in t.steps] == [
+        ("renaming", "gamma -> weight", "ln.weight"),
+        ("renaming", "weight -> w", "ln.w"),
+        ("regex", r"\.w$", "ln.W"),
+    ]
+    assert m.map_name("ln.beta") == "ln.beta"
+    assert m.trace("ln.beta").steps == ()
+
+
+def test_renaming_with_transformers_weight_renaming():
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    legacy = get_checkpoint_conversion_mapping("legacy")  # LayerNorm.gamma/beta, weight_g/v, ...
+    m = WeightsMapper(orig_to_new_renaming=legacy, orig_to_new_prefix={"bert.": "model."})
+    assert m.map_name("bert.encoder.LayerNorm.gamma") == "model.encoder.LayerNorm.weight"
+    assert m.map_name("bert.encoder.LayerNorm.beta") == "model.encoder.LayerNorm.bias"
+    assert m.map_name("bert.encoder.dense.weight") == "model.encoder.dense.weight"
+    step = m.trace("x.LayerNorm.gamma").steps[0]
+    assert step.stage == "renaming" and step.rule == "LayerNorm.gamma -> LayerNorm.weight"
+
+
+def test_renaming_merges_by_concatenation_and_is_not_json():
+    a = WeightsMapper(orig_to_new_renaming=[Rename("a", "b")])
+    b = WeightsMapper(orig_to_new_renaming=[Rename("b", "c")], orig_to_new_prefix={"x": "y"})
+    merged = a | b
+    assert [r.new for r in merged.orig_to_new_renaming] == ["b", "c"]
+    assert merged.map_name("xa") == "yc"
+    assert (
+        not merged.is_empty()
+        and not WeightsMapper(orig_to_new_renaming=[a.orig_to_new_renaming[0]]).is_empty()
+    )
+    assert [r[:2] for r in merged.rules()] == [
+        ("renaming", "a -> b"),
+        ("renaming", "b -> c"),
+        ("prefix", "x"),
+    ]
+    with pytest.raises(MapperConfigError, match="JSON cannot express"):
+        WeightsMapper.from_json({"orig_to_new_renaming": []})
+
+
+def test_renaming_must_be_a_renaming_object():
+    with pytest.raises(MapperConfigError, match="rename_source_key"):
+        WeightsMapper(orig_to_new_renaming=[{"a": "b"}])
+
+    class Bad:
+        def rename_source_key(self, key):
+            return None, "x"
+
+    with pytest.raises(MapperConfigError, match="not a name"):
+        WeightsMapper(orig_to_new_renaming=[Bad()]).map_name("k")

@@ -358,7 +358,7 @@ class Verdict:
 
 def loadkit_verdict(folder: Path) -> tuple[Verdict, Any]:
     """``inspect_checkpoint(folder, model="hf")``'s verdict, and the report."""
-    from loadkit.inspector import inspect_checkpoint
+    from loadkit import inspect_checkpoint
 
     report = inspect_checkpoint(folder, model="hf")
     load = report.load

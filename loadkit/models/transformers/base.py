@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
+from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import WeightsMapper, renaming_label
 
 if TYPE_CHECKING:

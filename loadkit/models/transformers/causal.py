@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.weight_loaders import default_weight_loader
+from loadkit.loading.weight_loaders import default_weight_loader
 
 
 class LMHead(nn.Module):

@@ -173,12 +173,18 @@ ARCHS: dict[str, Arch] = {
 
 
 def save_clean(arch: Arch, folder: Path) -> Path:
-    """``arch``'s tiny model, seeded, saved by transformers' ``save_pretrained`` (safetensors;
-    sharded into several files for some)."""
+    """``arch``'s tiny model, seeded values, saved by transformers' ``save_pretrained``
+    (safetensors; sharded into several files for some)."""
     import transformers
 
     torch.manual_seed(SEED)
     model = getattr(transformers, arch.cls)(arch.config())
+    # Every value distinct from an initialiser's (biases 0, norms 1) and exactly representable
+    # (eighths): a tensor left unloaded shows, and nothing depends on float kernels.
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for p in model.parameters():  # tied parameters once
+            p.copy_(torch.randint(-8, 8, p.shape, generator=g).to(p.dtype) / 8)
     kwargs = {"max_shard_size": "8KB"} if arch.sharded else {}
     model.save_pretrained(folder, **kwargs)
     return folder

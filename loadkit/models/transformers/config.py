@@ -84,8 +84,13 @@ def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
     except Exception as exc:  # transformers validates values: say which file was wrong
         raise ModelSpecError(
             f"{source}: transformers cannot build a {model_type!r} config from it: "
-            f"{type(exc).__name__}: {exc}"
+            f"{one_line(exc)}"
         ) from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line (transformers' validation errors span several)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def load_config(source: str | os.PathLike[str]) -> tuple[PretrainedConfig, str]:

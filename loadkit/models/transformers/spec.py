@@ -69,7 +69,7 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | None) -> HFSo
 
 def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
     """transformers' config from ``source``, and the wrapper picked for it, on ``device``."""
-    from loadkit.models.transformers.config import config_from_dict
+    from loadkit.models.transformers.config import config_from_dict, one_line
     from loadkit.models.transformers.wrappers import choose_wrapper
 
     config = config_from_dict(source.data, source.path)
@@ -81,7 +81,7 @@ def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
     except Exception as exc:
         raise ModelSpecError(
             f"{source.path}: transformers cannot build the {config.model_type!r} model: "
-            f"{type(exc).__name__}: {exc}"
+            f"{one_line(exc)}"
         ) from exc
     model.config_source = source.path
     model.wrapper_reason = choice.reason

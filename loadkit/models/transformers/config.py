@@ -83,8 +83,7 @@ def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
         return CONFIG_MAPPING[model_type].from_dict(dict(data))
     except Exception as exc:  # transformers validates values: say which file was wrong
         raise ModelSpecError(
-            f"{source}: transformers cannot build a {model_type!r} config from it: "
-            f"{one_line(exc)}"
+            f"{source}: transformers cannot build a {model_type!r} config from it: {one_line(exc)}"
         ) from exc
 
 

@@ -42,7 +42,6 @@ class Arch:
     config: Callable[[], Any]
     sharded: bool = False
     stale_key: tuple[str, Any] | None = None  # (key, tensor factory): an old buffer's key
-    notes: str = ""
 
 
 def _cfg(name: str, **kw: Any) -> Callable[[], Any]:

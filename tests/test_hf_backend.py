@@ -367,3 +367,16 @@ def test_cli_hf_spec_errors(tmp_path, capsys, saved):
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"]["backend"]["wrapper"] == "TransformersEmbeddingModel"
     assert doc["model"]["backend"]["wrapper_reason"] == "asked for (embed)"
+
+
+def test_registry_and_spec_grammar_agree():
+    from loadkit.models.registry import FROM_CONFIG
+    from loadkit.models.transformers.spec import HF_SPECS, parse_hf_spec
+    from loadkit.models.transformers.wrappers import WRAPPERS
+
+    assert set(FROM_CONFIG) == set(HF_SPECS)
+    for name, task in HF_SPECS.items():
+        wrapper = FROM_CONFIG[name]
+        assert wrapper == ("architecture" if task is None else WRAPPERS[task].__name__)
+        assert parse_hf_spec(f"{name}:some/dir").config == "some/dir"
+    assert parse_hf_spec("hfx") is None and parse_hf_spec("pkg.hf:build") is None

@@ -1,10 +1,11 @@
-"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1, 10).
+"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1).
 
-Six stages run in a fixed order (renaming, regex, substr, stacked, prefix, suffix). Within a stage
-every rule is tried in order against the name as the earlier rules left it, so rules chain. A rule
-whose value is ``None`` drops the weight. The first stage, as upstream's, is a list of renaming
-objects (transformers' ``WeightRenaming``) with ``rename_source_key(key) -> (new_key, matched)``.
-This module does not import torch: the header-only inspector maps names without it.
+Six stages run in a fixed order, as in vLLM 0.28.0: renaming (objects with a
+``rename_source_key(key) -> (new_key, _)`` method, such as transformers' ``WeightRenaming``),
+then the five rule tables regex, substr, stacked, prefix, suffix. Within a stage every rule is
+tried in order against the name as the earlier rules left it, so rules chain. A table rule whose
+value is ``None`` drops the weight. This module does not import torch: the header-only inspector
+maps names without it.
 """
 
 from __future__ import annotations
@@ -16,43 +17,10 @@ from typing import Any, NamedTuple, Protocol
 
 from loadkit.errors import MapperConfigError
 
-STAGES = ("renaming", "regex", "substr", "stacked", "prefix", "suffix")
-DICT_STAGES = STAGES[1:]  # the stages whose rules are a mapping (and can come from JSON)
+STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (dicts)
+ALL_STAGES = ("renaming", *STAGES)  # the order names go through
 
 ShardId = Any  # upstream uses ints and strings ("q", "k", "v", 0, 1, ...)
-
-
-class Renaming(Protocol):
-    """A rule of the renaming stage: transformers' ``WeightRenaming`` is one.
-
-    ``rename_source_key(key)`` returns ``(new_key, matched)``; ``matched`` is the source pattern
-    that matched (``None`` when the rule did not apply).
-    """
-
-    def rename_source_key(self, source_key: str) -> tuple[str, Any]: ...
-
-
-def renaming_label(rule: Any) -> str:
-    """A renaming rule as one line of text: ``'LayerNorm.gamma -> LayerNorm.weight'``.
-
-    >>> class R:
-    ...     source_patterns, target_patterns, scope_prefix = ["a"], ["b"], None
-    >>> renaming_label(R())
-    'a -> b'
-    """
-    sources = getattr(rule, "source_patterns", None)
-    targets = getattr(rule, "target_patterns", None)
-    if not sources or not targets:
-        return repr(rule)
-    text = f"{' | '.join(sources)} -> {' | '.join(targets)}"
-    scope = getattr(rule, "scope_prefix", None)
-    return f"{text} (under {scope!r})" if scope else text
-
-
-def renaming_target(rule: Any) -> str | None:
-    """What a renaming rule writes (its first target pattern), for reports."""
-    targets = getattr(rule, "target_patterns", None)
-    return targets[0] if targets else None
 
 
 class MapStep(NamedTuple):
@@ -77,18 +45,80 @@ class MapTrace(NamedTuple):
         return self.steps[-1] if self.result is None and self.steps else None
 
 
-def _compile(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
-    if isinstance(pattern, re.Pattern):
+class Renaming(Protocol):
+    """What ``orig_to_new_renaming`` holds: transformers' ``WeightRenaming`` has this method.
+
+    The second item of the returned pair is ignored, as upstream ignores it.
+    """
+
+    def rename_source_key(self, key: str) -> tuple[str, Any]: ...
+
+
+def renaming_label(renaming: object) -> str:
+    """A short name for a renaming object in traces, ledgers and reports.
+
+    >>> class R:
+    ...     source_patterns, target_patterns, scope_prefix = ["gamma"], ["weight"], None
+    >>> renaming_label(R())
+    'gamma -> weight'
+    """
+    sources = getattr(renaming, "source_patterns", None)
+    targets = getattr(renaming, "target_patterns", None)
+    if not sources or not targets:
+        return repr(renaming)
+    text = f"{' | '.join(sources)} -> {' | '.join(targets)}"
+    scope = getattr(renaming, "scope_prefix", None)  # transformers scopes a sub-model's rules
+    return f"{text} (under {scope!r})" if scope else text
+
+
+def renaming_target(renaming: object) -> str | None:
+    """What a renaming object writes (its first target pattern), for reports."""
+    targets = getattr(renaming, "target_patterns", None)
+    return targets[0] if targets else None
+
+
+def _compile(pattern: Any) -> Any:
+    # Compiled patterns pass as they are, from ``re`` or from the ``regex`` module vLLM's models
+    # compile theirs with: both have ``search`` and ``sub``.
+    if callable(getattr(pattern, "search", None)) and callable(getattr(pattern, "sub", None)):
         return pattern
+    if not isinstance(pattern, str):
+        raise MapperConfigError(
+            f"WeightsMapper: orig_to_new_regex keys are patterns or str, not {pattern!r}"
+        )
     try:
         return re.compile(pattern)
     except re.error as exc:
         raise MapperConfigError(f"WeightsMapper: invalid regex {pattern!r}: {exc}") from None
 
 
+def _check_template(rx: Any, repl: str) -> None:
+    """Raise now if ``repl`` refers to a group ``rx`` does not have.
+
+    ``re`` compiles a template on every ``sub``, even without a match; the ``regex`` module only
+    when something matches. So the template is expanded against a pattern with the same groups
+    (numbers and names) that matches the empty string.
+    """
+    rx.sub(repl, "")
+    if isinstance(rx, re.Pattern):
+        return
+    names = {index: name for name, index in getattr(rx, "groupindex", {}).items()}
+    groups = "".join(f"(?P<{names[i]}>)" if i in names else "()" for i in range(1, rx.groups + 1))
+    re.compile(groups).sub(repl, "")
+
+
 @dataclass(frozen=True)
 class WeightsMapper:
-    orig_to_new_renaming: Sequence[Renaming] = ()
+    """Rewrites checkpoint names; see the module doc for the stages.
+
+    >>> m = WeightsMapper(
+    ...     orig_to_new_prefix={"model.": ""}, orig_to_new_suffix={".gamma": ".weight"}
+    ... )
+    >>> m.map_name("model.norm.gamma")
+    'norm.weight'
+    """
+
+    orig_to_new_renaming: Sequence[Renaming] = field(default_factory=list)
     orig_to_new_regex: Mapping[str | re.Pattern[str], str | None] = field(default_factory=dict)
     orig_to_new_substr: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
@@ -97,21 +127,21 @@ class WeightsMapper:
 
     def __post_init__(self) -> None:
         # Validate at build time: upstream only fails (or silently misbehaves) at use.
-        renamings = tuple(self.orig_to_new_renaming)
-        for rule in renamings:
-            if not callable(getattr(rule, "rename_source_key", None)):
+        renaming = tuple(self.orig_to_new_renaming)  # a copy: the caller's list may change
+        for r in renaming:
+            if not callable(getattr(r, "rename_source_key", None)):
                 raise MapperConfigError(
-                    "WeightsMapper: orig_to_new_renaming holds objects with "
-                    f"rename_source_key(key) (transformers' WeightRenaming), not {rule!r}"
+                    f"WeightsMapper: orig_to_new_renaming holds objects with a "
+                    f"rename_source_key(key) method, not {r!r}"
                 )
-        object.__setattr__(self, "orig_to_new_renaming", renamings)  # frozen: a tuple
+        object.__setattr__(self, "orig_to_new_renaming", renaming)
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
             rx = _compile(pattern)
             if repl is not None:
                 try:
-                    rx.sub(repl, "")  # compiles the template: a bad back-reference fails now
-                except (re.error, IndexError) as exc:
+                    _check_template(rx, repl)
+                except Exception as exc:  # re.error, regex.error, IndexError: all say "bad"
                     raise MapperConfigError(
                         f"WeightsMapper: regex {rx.pattern!r} has an invalid replacement "
                         f"{repl!r}: {exc}"
@@ -150,13 +180,13 @@ class WeightsMapper:
             steps.append(MapStep(stage, rule, key, after))
 
         for renaming in self.orig_to_new_renaming:
-            new, matched = renaming.rename_source_key(key)
+            new, _ = renaming.rename_source_key(key)
             if not isinstance(new, str):
                 raise MapperConfigError(
-                    f"WeightsMapper: renaming {renaming_label(renaming)!r} turned {key!r} into "
-                    f"{new!r}, not a name"
+                    f"WeightsMapper: {renaming_label(renaming)}.rename_source_key({key!r}) "
+                    f"returned {new!r}, not a str"
                 )
-            if matched is not None or new != key:
+            if new != key:
                 fire("renaming", renaming_label(renaming), new)
                 key = new
         for rx, repl in self._regex:  # type: ignore[attr-defined]
@@ -233,33 +263,33 @@ class WeightsMapper:
         if not isinstance(other, WeightsMapper):
             return NotImplemented
         # Every field merges; upstream once forgot the regex one and dropped its rules silently.
-        # Renamings are a list: concatenated, as upstream.
         return WeightsMapper(
-            orig_to_new_renaming=(*self.orig_to_new_renaming, *other.orig_to_new_renaming),
+            orig_to_new_renaming=[*self.orig_to_new_renaming, *other.orig_to_new_renaming],
             **{
                 f"orig_to_new_{s}": {
                     **getattr(self, f"orig_to_new_{s}"),
                     **getattr(other, f"orig_to_new_{s}"),
                 }
-                for s in DICT_STAGES
+                for s in STAGES
             },
         )
 
     def is_empty(self) -> bool:
-        return not any(getattr(self, f"orig_to_new_{s}") for s in STAGES)
+        return not any(getattr(self, f"orig_to_new_{s}") for s in ALL_STAGES)
 
     def rules(self) -> Iterator[tuple[str, str, Any]]:
         """Every rule in the order it is tried: ``(stage, rule as text, target)``.
 
         The rule text is what ``trace`` records in its steps; the target is the replacement
-        (``None``: drops), ``[new_substr, shard_id]`` for stacked rules.
+        (``None``: drops), ``[new_substr, shard_id]`` for stacked rules, a renaming's first
+        target pattern.
 
         >>> list(WeightsMapper(orig_to_new_prefix={"model.": ""}).rules())
         [('prefix', 'model.', '')]
         """
-        for rule in self.orig_to_new_renaming:
-            yield "renaming", renaming_label(rule), renaming_target(rule)
-        for stage in DICT_STAGES:
+        for renaming in self.orig_to_new_renaming:
+            yield "renaming", renaming_label(renaming), renaming_target(renaming)
+        for stage in STAGES:
             for rule, target in getattr(self, f"orig_to_new_{stage}").items():
                 text = getattr(rule, "pattern", rule)
                 yield stage, text, list(target) if isinstance(target, tuple) else target
@@ -269,14 +299,13 @@ class WeightsMapper:
         """Build from ``{"orig_to_new_prefix": {...}, ...}`` as read from JSON.
 
         JSON has no tuples: a stacked rule's ``[new_substr, shard_id]`` list becomes a tuple.
-        Renamings are objects, not JSON: the renaming stage cannot be given this way.
+        Renaming objects are Python objects: build those mappers in Python.
+
+        >>> m = WeightsMapper.from_json({"orig_to_new_stacked": {"q_proj": ["qkv_proj", "q"]}})
+        >>> m.map_name_with_shard("a.q_proj.w")
+        ('a.qkv_proj.w', 'q')
         """
-        if "orig_to_new_renaming" in rules:
-            raise MapperConfigError(
-                "WeightsMapper: orig_to_new_renaming holds objects (transformers' WeightRenaming), "
-                "which JSON cannot express; use orig_to_new_regex rules instead"
-            )
-        fields = {f"orig_to_new_{s}" for s in DICT_STAGES}
+        fields = {f"orig_to_new_{s}" for s in STAGES}
         unknown = set(rules) - fields
         if unknown:
             raise MapperConfigError(

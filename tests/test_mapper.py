@@ -163,39 +163,67 @@ def test_from_json_checks_fields():
         WeightsMapper(orig_to_new_prefix={"a": 3})
 
 
-# --- the renaming stage (upstream's first: transformers' WeightRenaming objects) ---------------
-
-
 class Rename:
-    """A renaming rule as upstream calls it: rename_source_key(key) -> (new_key, matched)."""
+    """The renaming protocol transformers' ``WeightRenaming`` follows: (new key, what matched)."""
 
-    def __init__(self, old, new):
+    def __init__(self, old: str, new: str) -> None:
         self.old, self.new = old, new
-        self.source_patterns, self.target_patterns, self.scope_prefix = [old], [new], None
+        self.calls: list[str] = []
 
-    def rename_source_key(self, key):
-        if self.old not in key:
-            return key, None
-        return key.replace(self.old, self.new), self.old
+    def rename_source_key(self, key: str):
+        self.calls.append(key)
+        hit = self.old in key
+        return (key.replace(self.old, self.new), self.old if hit else None)
 
 
-def test_renaming_runs_first_and_renamings_chain():
+def test_renaming_runs_first_in_list_order_and_chains():
+    first, second = Rename("LayerNorm", "norm"), Rename("norm.gamma", "norm.weight")
     m = WeightsMapper(
-        orig_to_new_renaming=[Rename("gamma", "weight"), Rename("weight", "w")],
-        orig_to_new_regex={r"\.w$": ".W"},  # sees the renamed name
+        orig_to_new_renaming=[first, second],
+        orig_to_new_regex={r"norm\.weight$": "norm.w"},  # sees the renamed key
+        orig_to_new_prefix={"bert.": ""},
     )
-    t = m.trace("ln.gamma")
-    assert t.result == "ln.W"
-    assert [(s.stage, s.rule, s.after) for s in t.steps] == [
-        ("renaming", "gamma -> weight", "ln.weight"),
-        ("renaming", "weight -> w", "ln.w"),
-        ("regex", r"\.w$", "ln.W"),
-    ]
-    assert m.map_name("ln.beta") == "ln.beta"
-    assert m.trace("ln.beta").steps == ()
+    t = m.trace("bert.LayerNorm.gamma")
+    assert t.result == "norm.w"
+    assert [s.stage for s in t.steps] == ["renaming", "renaming", "regex", "prefix"]
+    assert [s.after for s in t.steps[:2]] == ["bert.norm.gamma", "bert.norm.weight"]
+    assert first.calls == ["bert.LayerNorm.gamma"] and second.calls == ["bert.norm.gamma"]
+    # A renaming that changes nothing leaves no step but is still asked.
+    assert m.trace("x").steps == () and first.calls[-1] == "x"
 
 
-def test_renaming_with_transformers_weight_renaming():
+def test_renaming_list_is_copied_merged_in_order_and_checked():
+    a, b = Rename("a", "b"), Rename("b", "c")
+    rules = [a]
+    m = WeightsMapper(orig_to_new_renaming=rules)
+    rules.append(b)  # the caller's list changing later does not change the mapper
+    assert m.map_name("a") == "b"
+    merged = m | WeightsMapper(orig_to_new_renaming=[b])
+    assert merged.orig_to_new_renaming == (a, b) and merged.map_name("a") == "c"
+    assert not merged.is_empty() and WeightsMapper().is_empty()
+    with pytest.raises(MapperConfigError, match="rename_source_key"):
+        WeightsMapper(orig_to_new_renaming=["a->b"])
+
+
+def test_renaming_must_return_a_name():
+    class Broken:
+        def rename_source_key(self, key):
+            return None, None
+
+    with pytest.raises(MapperConfigError, match="returned None"):
+        WeightsMapper(orig_to_new_renaming=[Broken()]).map_name("x")
+
+
+def test_regex_module_patterns_are_accepted():
+    import regex  # what vLLM's models compile their rules with (a dev dependency)
+
+    m = WeightsMapper(orig_to_new_regex={regex.compile(r"h\.(\d+)"): r"layers.\1"})
+    assert m.map_name("h.3.w") == "layers.3.w"
+    with pytest.raises(MapperConfigError, match="invalid replacement"):
+        WeightsMapper(orig_to_new_regex={regex.compile("(a)"): r"\2"})
+
+
+def test_renaming_with_transformers_weight_renaming_and_rules_listing():
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     legacy = get_checkpoint_conversion_mapping("legacy")  # LayerNorm.gamma/beta, weight_g/v, ...
@@ -204,35 +232,8 @@ def test_renaming_with_transformers_weight_renaming():
     assert m.map_name("bert.encoder.LayerNorm.beta") == "model.encoder.LayerNorm.bias"
     assert m.map_name("bert.encoder.dense.weight") == "model.encoder.dense.weight"
     step = m.trace("x.LayerNorm.gamma").steps[0]
-    assert step.stage == "renaming" and step.rule == "LayerNorm.gamma -> LayerNorm.weight"
-
-
-def test_renaming_merges_by_concatenation_and_is_not_json():
-    a = WeightsMapper(orig_to_new_renaming=[Rename("a", "b")])
-    b = WeightsMapper(orig_to_new_renaming=[Rename("b", "c")], orig_to_new_prefix={"x": "y"})
-    merged = a | b
-    assert [r.new for r in merged.orig_to_new_renaming] == ["b", "c"]
-    assert merged.map_name("xa") == "yc"
-    assert (
-        not merged.is_empty()
-        and not WeightsMapper(orig_to_new_renaming=[a.orig_to_new_renaming[0]]).is_empty()
-    )
-    assert [r[:2] for r in merged.rules()] == [
-        ("renaming", "a -> b"),
-        ("renaming", "b -> c"),
-        ("prefix", "x"),
-    ]
-    with pytest.raises(MapperConfigError, match="JSON cannot express"):
-        WeightsMapper.from_json({"orig_to_new_renaming": []})
-
-
-def test_renaming_must_be_a_renaming_object():
-    with pytest.raises(MapperConfigError, match="rename_source_key"):
-        WeightsMapper(orig_to_new_renaming=[{"a": "b"}])
-
-    class Bad:
-        def rename_source_key(self, key):
-            return None, "x"
-
-    with pytest.raises(MapperConfigError, match="not a name"):
-        WeightsMapper(orig_to_new_renaming=[Bad()]).map_name("k")
+    assert (step.stage, step.rule) == ("renaming", "LayerNorm.gamma -> LayerNorm.weight")
+    rules = list(m.rules())
+    assert rules[0] == ("renaming", "LayerNorm.gamma -> LayerNorm.weight", "LayerNorm.weight")
+    assert [r[0] for r in rules] == ["renaming"] * len(legacy) + ["prefix"]
+    assert rules[-1] == ("prefix", "bert.", "model.")

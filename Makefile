@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.loadkit-installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test setup lint data clean
+.PHONY: lab test test-deep setup lint data clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,13 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+# The property tests with random seeds and ten times the examples (tests/conftest.py profiles).
+# pytest's exit 5 (nothing collected) is an error here, not a silent pass.
+test-deep: $(STAMP)
+	$(BIN)/python -m pytest --hypothesis-profile=deep -m hypothesis tests; status=$$?; \
+	if [ $$status = 5 ]; then echo "make test-deep: no property tests collected" >&2; exit 1; fi; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

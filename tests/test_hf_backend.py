@@ -292,6 +292,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.slow  # a subprocess that imports torch and transformers
 def test_cli_clean_and_broken_checkpoints(saved, tmp_path, capsys):
     folder = saved("llama")
     assert main(["inspect", str(folder), "--model", "hf"]) == 0
@@ -311,6 +312,7 @@ def test_cli_clean_and_broken_checkpoints(saved, tmp_path, capsys):
     assert origins["LayerNorm.gamma -> LayerNorm.weight"].startswith("from transformers")
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_missing_config_fails_fast_without_torch(tmp_path):
     """No config.json: exit 2, one line, before torch or transformers is imported."""
     folder = write_variant_without_config(tmp_path)

@@ -37,6 +37,7 @@ def clean_checkpoints(tmp_path_factory, quiet_transformers):
     return get
 
 
+@pytest.mark.slow  # 93 cases, each a save, a from_pretrained and an inspect: about 20 s of CPU
 @pytest.mark.parametrize(("arch", "mutation"), cases())
 def test_inspect_agrees_with_transformers(arch, mutation, clean_checkpoints, tmp_path):
     row = run_case(ARCHS[arch], mutation, clean_checkpoints(arch), tmp_path / "variant")

@@ -79,15 +79,15 @@ def test_generated_notebook_toggle_drives_chart(open_notebook, lab, lab_root, tm
     assert clicked == ["old", "new", "old"]
 
 
-def test_static_copy_of_the_figure_fails_the_check(open_notebook, lab, lab_root, tmp_path):
-    """The test can fail: a static copy displayed in place of the live widget is caught."""
-    name = write_toy_notebook(lab_root / "notebooks", "toy_static_copy.ipynb", broken=True).name
+def test_unwired_copy_of_the_chart_fails_the_check(open_notebook, lab, lab_root, tmp_path):
+    """The test can fail: a copy of the chart, not wired to the toggle, shown in its place."""
+    name = write_toy_notebook(lab_root / "notebooks", "toy_chart_copy.ipynb", broken=True).name
     with pytest.raises(AssertionError, match="did not follow") as failure:
         run_in_page_and_toggle(open_notebook, lab, name, toy_records(), tmp_path, chart_timeout=3)
     message = str(failure.value)
-    assert f"screenshot: {tmp_path / 'toy_static_copy-failure.png'}" in message
-    assert (tmp_path / "toy_static_copy-failure.png").stat().st_size > 0
-    assert (tmp_path / "toy_static_copy-console.txt").read_text().startswith("console errors")
+    assert f"screenshot: {tmp_path / 'toy_chart_copy-failure.png'}" in message
+    assert (tmp_path / "toy_chart_copy-failure.png").stat().st_size > 0
+    assert (tmp_path / "toy_chart_copy-console.txt").read_text().startswith("console errors")
 
 
 @pytest.mark.parametrize("name", list(BUG_NOTEBOOKS))

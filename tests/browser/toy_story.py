@@ -70,14 +70,15 @@ CELLS = [
     ),
 ]
 
-# The link broken on purpose: a static copy of the figure is displayed instead of the live widget,
-# so the chart in the page stops following the toggle while the printed figure data still does.
+# The link broken on purpose: the panel shows a copy of the chart (a live ``Chart`` of the same
+# figure, not the one the toggle redraws), so the chart in the page stops following the toggle
+# while the printed figure data (of ``view.chart``) still does.
 BROKEN_DISPLAY = (
     "# NBVAL_IGNORE_OUTPUT\n"
-    "import plotly.graph_objects as go\n"
-    'fig = figure(records["old"], title="elements counted per load", yaxis="elements")\n'
-    "toggle = behaviour_toggle(records, fig)\n"
-    "display(toggle, go.Figure(fig))"
+    "from loadkit.demo.chart import Chart, Panel\n"
+    "\n"
+    "view = record_view(records, figure)\n"
+    "Panel(view.toggle, Chart(view.chart.fig), chart=view.chart)"
 )
 
 

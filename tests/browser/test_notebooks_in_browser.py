@@ -92,8 +92,7 @@ def test_unwired_copy_of_the_chart_fails_the_check(open_notebook, lab, lab_root,
 
 @pytest.mark.parametrize("name", list(BUG_NOTEBOOKS))
 def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
-    if not (REPO / "notebooks" / name).exists():
-        pytest.skip(f"notebooks/{name} is not on this branch yet")
+    assert (REPO / "notebooks" / name).exists(), f"notebooks/{name} is gone (renamed?)"
     module, records_fn, build_fn = BUG_NOTEBOOKS[name]
     story = importlib.import_module(module)
     records = getattr(story, records_fn)()

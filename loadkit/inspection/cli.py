@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
-BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h"  # loadkit.models.registry.BUILTIN (tested)
 
 USAGE = "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]"
 MAIN_HELP = f"""{USAGE}
@@ -40,9 +39,13 @@ positional arguments:
                   model.safetensors.index.json
 
 options:
-  --model SPEC    a built-in model ({BUILTIN_NAMES}; sized from the checkpoint's
-                  shapes) or 'package.module:callable' (or 'file.py:callable') returning an
-                  nn.Module, built on the meta device
+  --model SPEC    hf: any Hugging Face architecture, from the config.json next to the
+                  checkpoint (hf:PATH: another config file or folder; hf-causal, hf-embed,
+                  hf-classify name the wrapper), built by transformers and wrapped as
+                  vLLM's Transformers backend does; a built-in model
+                  ({{builtin}}; sized from the checkpoint's shapes); or
+                  'package.module:callable' (or 'file.py:callable') returning an
+                  nn.Module. Built on the meta device
   --mapper RULES  WeightsMapper rules as JSON, or a JSON file's path, e.g.
                   '{{"orig_to_new_prefix": {{"model.": ""}}}}'; replaces the model's
                   hf_to_vllm_mapper
@@ -56,8 +59,20 @@ exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
+  python -m loadkit inspect path/to/hf-checkpoint --model hf
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
 """
+
+
+def inspect_help() -> str:
+    """``inspect --help``, naming the registry's built-in models (imported only for help).
+
+    >>> "plamo2" in inspect_help()
+    True
+    """
+    from loadkit.models.registry import BUILTIN
+
+    return INSPECT_HELP.replace("{builtin}", ", ".join(BUILTIN))
 
 
 class UsageError(Exception):
@@ -86,7 +101,7 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
             positional += args[i:]
             break
         if arg in ("-h", "--help"):
-            print(INSPECT_HELP, end="")
+            print(inspect_help(), end="")
             return None
         if arg == "--json":
             as_json = True

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes
 
 _NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
@@ -64,7 +65,7 @@ class LayoutNode:
             if node.own is not None:
                 count, nbytes, dtype = node.own
                 if count != 1:
-                    raise ValueError(f"{node.path!r} stands for {count} tensors: a folded tree")
+                    raise LoadkitError(f"{node.path!r} stands for {count} tensors: a folded tree")
                 yield node.path, nbytes, dtype
 
     def folded(self) -> LayoutNode:

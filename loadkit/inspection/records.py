@@ -75,6 +75,7 @@ class RuleUse:
     stage: str
     rule: str
     target: Any  # the replacement; None for a dropping rule; [new, shard_id]
+    origin: str | None = None  # where the rule comes from, when the model says (--model hf)
     fired: int = 0
     example: tuple[str, str | None] | None = None  # (before, after), first firing
 
@@ -106,6 +107,7 @@ class MapperReport:
                     "target": r.target,
                     "fired": r.fired,
                     "example": list(r.example) if r.example else None,
+                    "origin": r.origin,
                 }
                 for r in self.rules
             ],
@@ -126,6 +128,9 @@ class ModelSummary:
     parameters: int  # parameters and persistent buffers, tied names counted once
     nbytes: int
     has_own_load_weights: bool
+    # What a model built from a config says about itself (``--model hf``: the wrapper, the
+    # transformers class, why that wrapper); ``None`` for other models.
+    backend: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +139,7 @@ class ModelSummary:
             "tensors": self.parameters,
             "bytes": self.nbytes,
             "own_load_weights": self.has_own_load_weights,
+            "backend": self.backend,
         }
 
 

@@ -30,11 +30,17 @@ class CheckpointEntry:
     status: Status = Status.UNCONSUMED
     target: str | None = None  # the parameter loaded, or the child module delegated to
     rule: str | None = None  # the rule that skipped, ignored or dropped it
+    # The child whose own load_weights returned without pulling this name: the walk then
+    # handled it (loaded, skipped, ignored) by the generic rules, as upstream does.
+    left_by: str | None = None
 
     @property
     def detail(self) -> str:
+        after = f" (left by {self.left_by}.load_weights)" if self.left_by else ""
         if self.status == Status.LOADED:
-            return f"-> {self.target}"
+            return f"-> {self.target}{after}"
+        if self.status in (Status.SKIPPED, Status.IGNORED) and after:
+            return f"{self.rule}{after}"
         if self.status == Status.DELEGATED:
             return f"-> {self.target}.load_weights"
         return self.rule or ""
@@ -134,6 +140,7 @@ class LoadLedger:
                     "status": e.status,
                     "target": e.target,
                     "rule": e.rule,
+                    "left_by": e.left_by,
                     "shape": list(e.shape),
                 }
                 for e in self.entries

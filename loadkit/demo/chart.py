@@ -69,7 +69,7 @@ class Chart(anywidget.AnyWidget):
         self.fig = fig
         self.spec = spec_of(fig)
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return with_static(super()._repr_mimebundle_(**kwargs), self, self.text)
 
 

@@ -74,8 +74,9 @@ def problems(path: str | Path, max_columns: int | None = MAX_COLUMNS) -> list[st
         if plain.startswith(("FigureWidget(", "Figure(")):
             found.append(f"{path.name} cell {i}: a figure's repr as text ({plain[:30]}...)")
         text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else ""
-        for line in text.splitlines() if max_columns else ():
-            if len(line) > max_columns:
+        limit = max_columns if max_columns is not None else float("inf")
+        for line in text.splitlines():
+            if len(line) > limit:
                 found.append(
                     f"{path.name} cell {i}: a printed line of {len(line)} columns: {line[:60]}..."
                 )

@@ -156,13 +156,13 @@ class LayerReload:
             if regions:
                 arena.release()  # type: ignore[union-attr]
 
-    def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, nn.Parameter]:
+    def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {
             pname: materialise(self.recorded[pname], self.live[pname].device, regions.get(pname))
             for pname in self.recorded
         }
 
-    def replay(self, fresh: dict[str, nn.Parameter]) -> None:
+    def replay(self, fresh: dict[str, torch.Tensor]) -> None:
         for pname, bound in self.loads:
             bound.arguments["param"] = fresh[pname]
             self.loaders[pname](*bound.args, **bound.kwargs)

@@ -343,11 +343,8 @@ def clone_figure(records: dict[str, Record]) -> Any:
 def clone_table(records: dict[str, Record]) -> str:
     """The 2x2 as text: corrupted parameters per behaviour, clone protection on and off."""
     rows, cols, counts, total = corrupted_grid(records)
-    width = max(len(c) for c in cols) + 2
-    lines = ["corrupted".ljust(10) + "".join(c.rjust(width + 6) for c in cols)]
-    for r, row in zip(rows, counts, strict=True):
-        lines.append(r.ljust(10) + "".join(f"{n} of {total}".rjust(width + 6) for n in row))
-    return "\n".join(lines)
+    cells = [[r, *(f"{n} of {total}" for n in row)] for r, row in zip(rows, counts, strict=True)]
+    return table(cells, header=["corrupted", *cols], align="l" + "r" * len(cols))
 
 
 # --- full scale, on the meta device -------------------------------------------------------------

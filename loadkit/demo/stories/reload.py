@@ -288,7 +288,7 @@ def composed_loader_copies() -> str:
 
 # One colour per parameter name, the same in every view; later calls into one parameter (the
 # packed qkv_proj's shards) get the lighter shades.
-PARAM_COLOURS = {
+PARAM_COLOURS: dict[str, str | list[str]] = {
     "A": "#e07a5f",
     "dt_bias": "#3d5a80",
     "D": "#81b29a",

@@ -149,7 +149,7 @@ class Base(nn.Module):
                     f"{FROM_TRANSFORMERS}: get_model_conversion_mapping ({kind})",
                 )
 
-        regex: dict[re.Pattern[str], str | None] = {}
+        regex: dict[str | re.Pattern[str], str | None] = {}
 
         def add(pattern: str, target: str | None, origin: str) -> None:
             rx = re.compile(pattern)

@@ -10,12 +10,18 @@ would overwrite the shared embedding), and loads an ``lm_head.bias`` when the ch
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
-from loadkit.loading.weight_loaders import default_weight_loader
+from loadkit.loading.weight_loaders import default_weight_loader, loader_of, set_weight_attrs
+
+if TYPE_CHECKING:
+    # A mixin of Base: type-check it as one (at run time it is a plain class, mixed in first).
+    from loadkit.models.transformers.base import Base as _Base
+else:
+    _Base = object
 
 
 class LMHead(nn.Module):
@@ -25,6 +31,8 @@ class LMHead(nn.Module):
     >>> tuple(head.weight.shape), head.bias
     ((64, 16), None)
     """
+
+    bias: nn.Parameter | None
 
     def __init__(
         self,
@@ -41,9 +49,9 @@ class LMHead(nn.Module):
         )
         self.register_parameter("bias", None)
 
-    def tie_weights(self, embedding: nn.Module) -> LMHead:
+    def tie_weights(self, embedding: nn.Embedding) -> LMHead:
         """Share ``embedding.weight`` (upstream ``ParallelLMHead.tie_weights``)."""
-        self.weight = embedding.weight
+        self.weight = cast(nn.Parameter, embedding.weight)  # an nn.Embedding's is a Parameter
         return self
 
     def _register_bias(self) -> None:
@@ -52,10 +60,10 @@ class LMHead(nn.Module):
             self.bias = nn.Parameter(
                 torch.empty(self.num_embeddings, dtype=w.dtype, device=w.device)
             )
-            self.bias.weight_loader = default_weight_loader
+            set_weight_attrs(self.bias, {"weight_loader": default_weight_loader})
 
 
-class CausalMixin:
+class CausalMixin(_Base):
     """Adds ``lm_head`` (tied or not) and the ``lm_head.bias`` pass-through to ``Base``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -84,7 +92,9 @@ class CausalMixin:
             for name, weight in weights:
                 if name.endswith("lm_head.bias"):
                     self.lm_head._register_bias()
-                    self.lm_head.bias.weight_loader(self.lm_head.bias, weight)
+                    bias = self.lm_head.bias
+                    assert bias is not None  # just registered
+                    loader_of(bias)(bias, weight)
                     lm_head_bias.add(name)  # the checkpoint name, as upstream returns it
                 else:
                     yield name, weight

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadkit.models.registry import ModelSpecError
+from loadkit.errors import ModelSpecError
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

@@ -8,7 +8,7 @@ Heads that a pooling model does not use are skipped, and so is every name contai
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 SKIP_PREFIXES = (
     "model.lm_head.",
@@ -20,7 +20,14 @@ SKIP_PREFIXES = (
 SKIP_SUBSTRS = ("position_ids", "score.bias")
 
 
-class LegacyMixin:
+if TYPE_CHECKING:
+    # A mixin of Base: type-check it as one (at run time it is a plain class, mixed in first).
+    from loadkit.models.transformers.base import Base as _Base
+else:
+    _Base = object
+
+
+class LegacyMixin(_Base):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.skip_prefixes.extend(SKIP_PREFIXES)

@@ -4,20 +4,26 @@ base model alone; sequence classification adds the classifier of transformers'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from loadkit.models.registry import ModelSpecError
+from loadkit.errors import ModelSpecError
+
+if TYPE_CHECKING:
+    # A mixin of Base: type-check it as one (at run time it is a plain class, mixed in first).
+    from loadkit.models.transformers.base import Base as _Base
+else:
+    _Base = object
 
 
-class EmbeddingMixin:
+class EmbeddingMixin(_Base):
     """The base model, pooled: nothing to add for loading (upstream adds a pooler, no weights)."""
 
     default_seq_pooling_type = "CLS"
 
 
-class SequenceClassificationMixin:
+class SequenceClassificationMixin(_Base):
     default_seq_pooling_type = "CLS"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -32,7 +38,7 @@ class SequenceClassificationMixin:
         # Some models drop their pooling layer when used for classification: so does the wrapper.
         for module in seq_cls_model.modules():
             if hasattr(module, "pooler") and module.pooler is None:
-                self.model.pooler = None
+                self.model.pooler = None  # type: ignore[assignment]  # not a tensor or module
                 break
         classifier = next(
             (

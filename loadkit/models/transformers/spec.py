@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.models.registry import ModelSpecError
+from loadkit.errors import ModelSpecError
 
 if TYPE_CHECKING:
     from torch import nn

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from loadkit.models.registry import ModelSpecError
+from loadkit.errors import ModelSpecError
 from loadkit.models.transformers.base import Base
 from loadkit.models.transformers.causal import CausalMixin
 from loadkit.models.transformers.legacy import LegacyMixin

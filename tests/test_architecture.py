@@ -163,6 +163,25 @@ print(json.dumps({{"torch": "torch" in sys.modules, "lines": len(text.splitlines
     assert last == {"torch": False, "lines": last["lines"], "mapper": True} and last["lines"] > 5
 
 
+def test_a_header_only_inspect_never_imports_dataclasses():
+    """``dataclasses`` imports ``inspect`` (ast, dis, tokenize): about 10 ms, a sixth of a
+    header-only run (``benchmarks/inspect_speed.py`` holds the ratio). Records on that path are
+    NamedTuples and slotted classes; dataclasses come with ``--mapper`` (the mapper's own records)
+    or ``--model``."""
+    code = f"""
+import contextlib, io, json, sys
+from loadkit.inspection.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    status = main(["inspect", {str(DATA / "plamo2" / "tied-with-lm-head")!r}])
+print(json.dumps({{"status": status, "printed": len(out.getvalue().splitlines()),
+                  "heavy": sorted({{"dataclasses", "inspect", "torch"}} & set(sys.modules))}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["status"] == 0 and last["printed"] > 5 and last["heavy"] == [], last
+
+
 def test_simulate_is_the_inspection_module_that_needs_torch():
     # The rule's one exception, named in the inspection package's docstring.
     assert "torch" in {n.split(".")[0] for n in _third_party("loadkit.inspection.simulate")}

@@ -18,31 +18,25 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
 from loadkit.errors import MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
-from loadkit.inspection.records import (
-    CheckpointSummary,
-    LoadReport,
-    MapperReport,
-    ModelSummary,
-    RuleUse,
-    ShardSummary,
-)
 from loadkit.inspection.render import render_report
+from loadkit.inspection.summary import CheckpointSummary, MapperReport, RuleUse, ShardSummary
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
+# For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
 SCHEMA_VERSION = 1
 
@@ -63,18 +57,25 @@ def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
 # --- the report ---------------------------------------------------------------------------------
 
 
-@dataclass(repr=False)
 class InspectReport:
     """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
     ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
     ``--json`` document."""
 
-    checkpoint: CheckpointSummary
-    mapper: MapperReport | None = None
-    model: ModelSummary | None = None
-    probe: dict[str, ProbeVerdict] | None = None
-    load: LoadReport | None = None
-    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, compare=False)
+    def __init__(
+        self,
+        checkpoint: CheckpointSummary,
+        mapper: MapperReport | None = None,
+        model: ModelSummary | None = None,
+        probe: dict[str, ProbeVerdict] | None = None,
+        load: LoadReport | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.mapper = mapper
+        self.model = model
+        self.probe = probe
+        self.load = load
+        self._layouts: dict[bool, LayoutNode] = {}
 
     def __repr__(self) -> str:
         c = self.checkpoint

@@ -13,7 +13,6 @@ header-only inspector builds it for checkpoints of any size.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from loadkit.errors import LoadkitError
@@ -22,20 +21,37 @@ from loadkit.fmt import format_bytes
 _NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
 
 
-@dataclass(slots=True, eq=False, repr=False)
 class LayoutNode:
-    """One dotted prefix: every tensor at or below it is counted here."""
+    """One dotted prefix: every tensor at or below it is counted here.
 
-    name: str  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
-    path: str = ""  # the full dotted prefix; "" for the root
-    tensors: int = 0  # tensors at or below
-    nbytes: int = 0
-    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> tensors at or below
-    children: dict[str, LayoutNode] = field(default_factory=dict)
-    is_tensor: bool = False  # a tensor's name ends exactly here
-    instances: int = 1  # how many numbered siblings a folded node stands for
-    own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
-    _indices: set[int] | None = None  # the numbers a folded node stands for, while building
+    A slotted class, not a dataclass: the header-only path never imports ``dataclasses``
+    (see ``loadkit.inspection.summary``).
+    """
+
+    __slots__ = (
+        "_indices",
+        "children",
+        "dtypes",
+        "instances",
+        "is_tensor",
+        "name",
+        "nbytes",
+        "own",
+        "path",
+        "tensors",
+    )
+
+    def __init__(self, name: str, path: str = "") -> None:
+        self.name = name  # this component ("q_proj"), a folded label ("{0-27}"); "" for the root
+        self.path = path  # the full dotted prefix; "" for the root
+        self.tensors = 0  # tensors at or below
+        self.nbytes = 0
+        self.dtypes: dict[str, int] = {}  # dtype -> tensors at or below
+        self.children: dict[str, LayoutNode] = {}
+        self.is_tensor = False  # a tensor's name ends exactly here
+        self.instances = 1  # how many numbered siblings a folded node stands for
+        self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
+        self._indices: set[int] | None = None  # numbers a folded node stands for, while built
 
     def __repr__(self) -> str:
         return (

@@ -1,9 +1,10 @@
-"""What an inspect report holds, section by section: plain records, torch-free.
+"""The model sections of an inspect report: plain records (dataclasses), torch-free.
 
-``CheckpointSummary`` and ``MapperReport`` come from the headers (``loadkit.inspection.inspector``
-builds them); ``ModelSummary`` and ``LoadReport`` (each checkpoint key's fate, and what went wrong)
-are filled in by ``loadkit.inspection.simulate``, which needs torch. ``Report`` is what the text
-renderer (``loadkit.inspection.render``) reads of a whole report.
+``ModelSummary`` and ``LoadReport`` (each checkpoint key's fate, and what went wrong) are filled
+in by ``loadkit.inspection.simulate``, which needs torch; the header sections are in
+``loadkit.inspection.summary``. ``Report`` is what the text renderer (``loadkit.inspection.render``)
+reads of a whole report. Imported only when a model is inspected: ``dataclasses`` imports
+``inspect`` (and ast, dis, tokenize), which a header-only run does not pay for.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint.reader import TensorInfo
     from loadkit.inspection.layout import LayoutNode
+    from loadkit.inspection.summary import CheckpointSummary, MapperReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # Short names of the statuses a report uses (``loadkit.vocab.Status`` members, not copies).
@@ -26,96 +27,6 @@ UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR = (
     Status.SHAPE_MISMATCH,
     Status.LOAD_ERROR,
 )
-
-
-# --- the header sections -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ShardSummary:
-    file: str
-    tensors: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class CheckpointSummary:
-    path: str
-    files: list[ShardSummary]
-    tensors: list[TensorInfo]
-    total_bytes: int
-    dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "files": [
-                {"file": s.file, "tensors": s.tensors, "bytes": s.nbytes} for s in self.files
-            ],
-            "tensor_count": len(self.tensors),
-            "bytes": self.total_bytes,
-            "dtypes": {d: {"tensors": n, "bytes": b} for d, (n, b) in self.dtypes.items()},
-            "tensors": [
-                {
-                    "name": t.name,
-                    "dtype": t.dtype,
-                    "shape": list(t.shape),
-                    "bytes": t.nbytes,
-                    "file": t.file,
-                }
-                for t in self.tensors
-            ],
-        }
-
-
-@dataclass
-class RuleUse:
-    """One mapper rule and the keys it fired for (in checkpoint order)."""
-
-    stage: str
-    rule: str
-    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
-    origin: str | None = None  # where the rule comes from, when the model says (--model hf)
-    fired: int = 0
-    example: tuple[str, str | None] | None = None  # (before, after), first firing
-
-    def __repr__(self) -> str:
-        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
-
-
-@dataclass(repr=False)
-class MapperReport:
-    """Which rule fired for which key, and which keys the mapper drops."""
-
-    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-    rules: list[RuleUse]
-    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
-    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
-    unchanged: int
-    note: str | None = None
-
-    def __repr__(self) -> str:
-        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "rules": [
-                {
-                    "stage": r.stage,
-                    "rule": r.rule,
-                    "target": r.target,
-                    "fired": r.fired,
-                    "example": list(r.example) if r.example else None,
-                    "origin": r.origin,
-                }
-                for r in self.rules
-            ],
-            "keys": self.traces,
-            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
-            "unchanged": self.unchanged,
-            "note": self.note,
-        }
 
 
 # --- the model sections (filled in by the dry load) ----------------------------------------

@@ -187,14 +187,14 @@ def test_config_from_checkpoint_errors_name_file_key_and_shapes():
         g4.config_from_checkpoint(missing)
     q = "model.language_model.layers.0.self_attn.q_proj.weight"
     odd = dict(tensors)
-    odd[q] = dataclasses.replace(tensors[q], shape=(33, 32))
+    odd[q] = tensors[q]._replace(shape=(33, 32))
     with pytest.raises(CheckpointError, match=rf"key '{q}'.*33.*head_dim 16"):
         g4.config_from_checkpoint(odd)
     gap = {k: v for k, v in tensors.items() if ".layers.1." not in k}
     with pytest.raises(CheckpointError, match=r"layers \[0, 2, 3\] skip 1"):
         g4.config_from_checkpoint(gap)
     flat = dict(tensors)
-    flat[embed] = dataclasses.replace(tensors[embed], shape=(4096,))
+    flat[embed] = tensors[embed]._replace(shape=(4096,))
     with pytest.raises(CheckpointError, match=r"2-d tensor, found shape \[4096\]"):
         g4.config_from_checkpoint(flat)
     with pytest.raises(CheckpointError, match="missing"):

@@ -253,7 +253,8 @@ def test_unexpected_missing_and_nearest_names(tmp_path):
     assert set(unexpected) == {"layers.1.weigth", "head.a", "head.b"}
     assert unexpected["layers.1.weigth"].suggestions[0] == "layers.1.weight"
     assert "head" in unexpected["head.b"].message  # left out with head.a, as one unknown module
-    assert load.runs == 3  # one pass per unknown name, head.* counted once
+    # AutoWeightsLoader records names the model lacks and walks on (an observer takes them).
+    assert load.runs == 1
     missing = {m.name: m for m in load.missing}
     assert set(missing) == {"layers.0.bias", "layers.1.weight"}
     assert missing["layers.1.weight"].suggestions == ["layers.1.weigth"]

@@ -6,6 +6,7 @@ a report can be rendered and serialised anywhere. Imported only when a model is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class ModelSummary:
     parameters: int  # parameters and persistent buffers, tied names counted once
     nbytes: int
     has_own_load_weights: bool
+    pooling: bool = False  # a pooling model (``is_pooling_model``): its loader probes a prefix
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +40,7 @@ class ModelSummary:
             "tensors": self.parameters,
             "bytes": self.nbytes,
             "own_load_weights": self.has_own_load_weights,
+            "pooling": self.pooling,
         }
 
 
@@ -67,6 +70,10 @@ class Missing:
     shape: tuple[int, ...]
     dtype: str
     suggestions: list[str] = field(default_factory=list)  # nearest unused checkpoint keys
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclass
@@ -100,6 +107,7 @@ class LoadReport:
     runs: int  # simulated passes (one more per name that stopped a pass)
     complete: bool = True  # False: too many failing names, the rest was not simulated
     failure: str | None = None  # the load raised with no key to blame (after the last weight)
+    notes: list[str] = field(default_factory=list)  # searches that were shortened, and why
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(KEY_STATUSES, 0)
@@ -159,6 +167,7 @@ class LoadReport:
             "runs": self.runs,
             "complete": self.complete,
             "failure": self.failure,
+            "notes": self.notes,
         }
 
 

@@ -190,7 +190,7 @@ def test_header_only_report_and_json(tmp_path):
     assert "layers.{0-1}" in out and "x2" in out
     assert "verdict: headers valid" in out
     doc = json.loads(run("inspect", f, "--json").stdout)
-    assert doc["schema"] == 1 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["schema"] == 2 and doc["exit_status"] == 0 and doc["clean"] is None
     assert doc["checkpoint"]["tensor_count"] == 27
     assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"
     assert [c["name"] for c in doc["layout"]["children"]] == ["model", "lm_head"]

@@ -40,8 +40,8 @@ class Recorder(LoadObserver):
     def took(self, ledger, entry, tensor):
         self.took_names.append((ledger.root, entry.name))
 
-    def mapper(self, module, mapper):
-        self.mappers.append((type(module).__name__, mapper))
+    def loading(self, loader, mapper):
+        self.mappers.append((type(loader.module).__name__, mapper))
         return self.replace or mapper
 
     def unexpected(self, ledger, name, entries, reason):

@@ -44,7 +44,7 @@ def test_a_hand_written_loader_is_fed_each_key_a_bounded_number_of_times():
     ]
     with torch.device("meta"):
         model = Loop(n)
-    report, _ = dry_load(model, infos(mixed))
+    report = dry_load(model, infos(mixed)).report
     # One discovery pass per failing key (each resuming right after it), then one full pass:
     # every key is fed at most twice, however many keys fail.
     assert model.fed <= 2 * len(mixed)
@@ -66,7 +66,7 @@ def test_the_dry_load_patches_no_class():
 
     with torch.device("meta"):
         model = Checks()
-    report, used = dry_load(model, infos(["a"]), mapper=None, replace_mapper=True)
+    report, used, _ = dry_load(model, infos(["a"]), mapper=None, replace_mapper=True)
     assert report.clean and report.keys[0].target == "a" and used is None
 
 
@@ -118,7 +118,7 @@ def test_a_failure_in_a_discovery_pass_after_the_end_is_confirmed_by_a_full_pass
 
     with torch.device("meta"):
         model = StrictLoop(3)
-    report, _ = dry_load(model, infos(["p.0", "bogus", "p.1", "p.2"]))
+    report = dry_load(model, infos(["p.0", "bogus", "p.1", "p.2"])).report
     # The discovery pass after 'bogus' sees two keys and fails its final check; the full pass
     # without 'bogus' loads all three and passes it: the load is clean but for 'bogus'.
     assert report.failure is None and [u.name for u in report.unexpected] == ["bogus"]

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from loadkit.errors import MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
+from loadkit.inspection.options import LoadRules
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling.probe import ProbeVerdict
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 # For the same reason the records here are NamedTuples and plain classes, not dataclasses:
 # `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
 
 # --- sections -----------------------------------------------------------------------------------
 
@@ -163,12 +165,14 @@ class InspectReport:
         model: ModelSummary | None = None,
         probe: dict[str, ProbeVerdict] | None = None,
         load: LoadReport | None = None,
+        fix: SuggestedFix | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
         self.model = model
         self.probe = probe
         self.load = load
+        self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
 
     def __repr__(self) -> str:
@@ -210,6 +214,7 @@ class InspectReport:
             "model": self.model.as_dict() if self.model else None,
             "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
+            "suggested_fix": self.fix.as_dict() if self.fix else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
         }
@@ -333,23 +338,43 @@ def inspect_checkpoint(
     model: str | nn.Module | Callable[..., nn.Module] | None = None,
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
     mapper_label: str = "given mapper",
+    rules: LoadRules | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    probe: bool | None = None,
+    suggest: bool = True,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
-    ``model``: a built-in name (``loadkit.models.registry.BUILTIN``), a
-    ``"package.module:callable"`` spec, a callable (called with no argument, or with the
-    checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the caller's is
-    left alone). ``mapper`` replaces the mapper the model loads with (the one its root
-    ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
-    reads). Bad input raises a ``loadkit.errors.LoadkitError``.
+    Args:
+        checkpoint: what to inspect; only headers are read.
+        model: a built-in name (``loadkit.models.registry.BUILTIN``), a
+            ``"package.module:callable"`` spec, a callable (called with no argument, or with the
+            checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
+            caller's is left alone).
+        mapper: replaces the mapper the model loads with (the one its root
+            ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the probe reads).
+        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+            (``allow_missing``, ``strict_dtype``).
+        model_args: keyword arguments for a callable ``model``.
+        probe: report the pooling probe; ``None``: only for a pooling model.
+        suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+
+    Returns:
+        The report; bad input raises a ``loadkit.errors.LoadkitError``.
+
+    Example:
+        >>> report = inspect_checkpoint("data/plamo2/untied.safetensors", model="plamo2")
+        >>> report.clean, report.exit_status, report.probe
+        (True, 0, None)
     """
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
     report = InspectReport(summarize_checkpoint(ck))
     user_mapper = None if mapper is None else parse_mapper(mapper)
+    names = [t.name for t in infos]
     if model is None:
         if user_mapper is not None:
-            report.mapper = mapper_report(user_mapper, [t.name for t in infos], mapper_label)
+            report.mapper = mapper_report(user_mapper, names, mapper_label)
         return report
 
     # Only now does torch come in (the registry imports it when it builds the model).
@@ -357,7 +382,7 @@ def inspect_checkpoint(
     from loadkit.models.registry import build_model
     from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors)
+    module, spec = build_model(model, ck.tensors, model_args)
     from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
@@ -368,24 +393,26 @@ def inspect_checkpoint(
     if not isinstance(own_mapper, WeightsMapper):
         own_mapper = None
     report.model = model_summary(module, spec)
-    params = {name for name, _ in module.named_parameters()}
-    keys = [(t.name, t.nbytes) for t in infos]
-    report.probe = {
-        b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
-    }
-    report.load, used = dry_load(
-        module, infos, mapper=own_mapper, replace_mapper=user_mapper is not None
+    if probe or (probe is None and report.model.pooling):
+        params = {name for name, _ in module.named_parameters()}
+        keys = [(t.name, t.nbytes) for t in infos]
+        report.probe = {
+            b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
+        }
+    rules = rules or LoadRules()
+    replace = user_mapper is not None
+    report.load, used, autoloader = dry_load(
+        module, infos, mapper=own_mapper, replace_mapper=replace, rules=rules
     )
-    names = [t.name for t in infos]
     cls = type(module).__name__
     if user_mapper is not None:
         report.mapper = mapper_report(user_mapper, names, mapper_label)
-        if used is None:
+        if not autoloader:
             report.mapper.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
-    elif used is not None:
+    elif autoloader and used is not None:
         source = (
             f"{cls}.hf_to_vllm_mapper"
             if used is own_mapper
@@ -394,4 +421,18 @@ def inspect_checkpoint(
         report.mapper = mapper_report(used, names, source)
     elif own_mapper is not None:
         report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper")
+    if rules.for_loader and not autoloader:
+        report.load.notes.append(
+            f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
+            "skip and ignore rules given were not applied"
+        )
+    if suggest and not report.load.clean and autoloader:
+        from loadkit.inspection.fix import suggest_fix
+
+        def retry(with_mapper: WeightsMapper) -> LoadReport:
+            return dry_load(
+                module, infos, mapper=with_mapper, replace_mapper=True, rules=rules
+            ).report
+
+        report.fix = suggest_fix(report.load, used, retry)
     return report

@@ -257,5 +257,5 @@ class AutoWeightsLoader:
         self.ledger = LoadLedger(self.module, self.observer)
         remember(self.module, self.ledger)
         if self.ledger.observer is not None:
-            mapper = self.ledger.observer.mapper(self.module, mapper)
+            mapper = self.ledger.observer.loading(self, mapper)
         return set(self._load_module("", self.module, self._entries(weights, mapper)))

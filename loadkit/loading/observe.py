@@ -4,9 +4,9 @@ Models build their ``AutoWeightsLoader`` inside their own ``load_weights`` and d
 that follows a load (the inspector's dry load) cannot hand the loader anything. It opens a scope
 instead: every ``LoadLedger`` created inside ``with observing(observer):`` reports to
 ``observer`` when it opens and for each checkpoint name it takes, and every ``AutoWeightsLoader``
-asks it which mapper to load with and whether a name the model does not have may be recorded
-instead of raised. The scope lives in a ``contextvars`` variable: nothing is patched and nothing
-global is left behind; each thread and asyncio task sees its own.
+asks it which mapper (and rules) to load with, and whether a name the model does not have may be
+recorded instead of raised. The scope lives in a ``contextvars`` variable: nothing is patched
+and nothing global is left behind; each thread and asyncio task sees its own.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import nn
 
+    from loadkit.loading.auto_loader import AutoWeightsLoader
     from loadkit.loading.ledger import CheckpointEntry, LoadLedger
     from loadkit.mapper import WeightsMapper
 
@@ -47,8 +48,11 @@ class LoadObserver:
     def took(self, ledger: LoadLedger, entry: CheckpointEntry, tensor: Any) -> None:
         """The load took one checkpoint name (``entry``, before any rule disposed of it)."""
 
-    def mapper(self, module: nn.Module, mapper: WeightsMapper | None) -> WeightsMapper | None:
-        """The mapper an ``AutoWeightsLoader`` rooted at ``module`` loads with (may replace it)."""
+    def loading(
+        self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
+    ) -> WeightsMapper | None:
+        """An ``AutoWeightsLoader`` starts a load with ``mapper``; returns the mapper to use. The
+        observer may also add rules to this loader's own lists (``loader.skip_prefixes``...)."""
         return mapper
 
     def unexpected(

@@ -18,17 +18,25 @@ stops at the first problem, this one collects them all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
+from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LoadReport
 from loadkit.inspection.simulate.meta import meta_copy, model_summary
 from loadkit.inspection.simulate.outcome import assemble
 from loadkit.inspection.simulate.run import simulate
 from loadkit.mapper import WeightsMapper
 
-__all__ = ["dry_load", "meta_copy", "model_summary"]
+__all__ = ["DryLoad", "dry_load", "meta_copy", "model_summary"]
+
+
+class DryLoad(NamedTuple):
+    report: LoadReport
+    mapper: WeightsMapper | None  # the mapper the root AutoWeightsLoader loaded with
+    autoloader: bool  # did the model load through an AutoWeightsLoader rooted at it?
 
 
 def dry_load(
@@ -37,15 +45,32 @@ def dry_load(
     *,
     mapper: WeightsMapper | None = None,
     replace_mapper: bool = False,
-) -> tuple[LoadReport, WeightsMapper | None]:
+    rules: LoadRules | None = None,
+) -> DryLoad:
     """Simulate loading ``infos`` into ``model`` (on ``meta``) and account for both sides.
 
-    With its own ``load_weights`` the model loads itself (with its own mapper, or ``mapper`` in
-    its place when ``replace_mapper``); without, ``AutoWeightsLoader(model).load_weights(weights,
-    mapper=mapper)`` does. Returns the report and the mapper the root ``AutoWeightsLoader`` used
-    (``None`` when the model loads without one).
+    Args:
+        model: the model (copied to ``meta`` unless it is all on ``meta`` already).
+        infos: the checkpoint's tensors, in the order ``Checkpoint.weights()`` yields them.
+        mapper: the mapper to load with when the model has no ``load_weights`` of its own; with
+            ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
+        rules: rules added to the root loader's, and rules for the verdict.
+
+    Returns:
+        The load report, the mapper the root ``AutoWeightsLoader`` used, and whether there was
+        one (a hand-written ``load_weights`` may load without).
+
+    Example:
+        >>> import torch
+        >>> from loadkit.checkpoint.reader import TensorInfo
+        >>> info = TensorInfo("wieght", "F32", (2, 2), 16, "m.safetensors", 8)
+        >>> report = dry_load(torch.nn.Linear(2, 2, bias=False), [info]).report
+        >>> [(u.name, u.suggestions) for u in report.unexpected]
+        [('wieght', ['weight'])]
     """
+    rules = rules or LoadRules()
     model = meta_copy(model)
-    sim = simulate(model, infos, mapper=mapper, replace_mapper=replace_mapper)
+    sim = simulate(model, infos, mapper=mapper, replace_mapper=replace_mapper, rules=rules)
     used = sim.observer.root_mapper()
-    return assemble(model, infos, sim, used if sim.observer.used else mapper), used
+    ran = bool(sim.observer.used)
+    return DryLoad(assemble(model, infos, sim, used if ran else mapper, rules), used, ran)

@@ -15,7 +15,9 @@ from typing import Any
 
 from torch import nn
 
+from loadkit.inspection.options import LoadRules
 from loadkit.inspection.simulate.recording import Recorder
+from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import DELEGATED, UNCONSUMED, CheckpointEntry, LoadLedger
 from loadkit.loading.observe import LoadObserver
 from loadkit.mapper import WeightsMapper
@@ -38,8 +40,15 @@ class Fate:
 
 
 class DryLoadObserver(LoadObserver):
-    def __init__(self, model: nn.Module, recorder: Recorder, replace: WeightsMapper | None):
+    def __init__(
+        self,
+        model: nn.Module,
+        recorder: Recorder,
+        replace: WeightsMapper | None,
+        rules: LoadRules | None = None,
+    ):
         self.root = model
+        self.rules = rules or LoadRules()
         self.root_name = type(model).__name__
         self.recorder = recorder
         self.replace = replace
@@ -67,11 +76,17 @@ class DryLoadObserver(LoadObserver):
         self._key_of[id(entry)] = key
         self._taken.setdefault(key, []).append((path, entry))
 
-    def mapper(self, module: nn.Module, mapper: WeightsMapper | None) -> WeightsMapper | None:
-        if module is self.root:
+    def loading(
+        self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
+    ) -> WeightsMapper | None:
+        if loader.module is self.root:
             if self.replace is not None:
                 mapper = self.replace
             self.used.append(mapper)
+            # The user's rules join the root loader's own, on this loader instance only.
+            loader.skip_prefixes += self.rules.skip_prefixes
+            loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
+            loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
         return mapper
 
     def unexpected(

@@ -11,6 +11,7 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ShapeMismatchError
 from loadkit.inspection.casts import is_incompatible
+from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import (
     DELEGATED,
     DROPPED,
@@ -157,7 +158,11 @@ def _suggest(
 
 
 def assemble(
-    model: nn.Module, infos: Sequence[TensorInfo], sim: Simulation, mapper: WeightsMapper | None
+    model: nn.Module,
+    infos: Sequence[TensorInfo],
+    sim: Simulation,
+    mapper: WeightsMapper | None,
+    rules: LoadRules,
 ) -> LoadReport:
     """The load section: every key's fate, missing tensors, mismatches, casts, suggestions."""
     entries = model_tensors(model)
@@ -189,7 +194,7 @@ def assemble(
             if p.status == LEDGER_LOADED
         )
     missing = [
-        Missing(n, tuple(by_name[n].shape), dtype_name(by_name[n].dtype))
+        Missing(n, tuple(by_name[n].shape), dtype_name(by_name[n].dtype), allowed=rules.allowed(n))
         for n in entries
         if n not in tally.filled and n not in tally.failed
     ]
@@ -197,5 +202,5 @@ def assemble(
     filled = sum(n in tally.filled and n not in tally.failed for n in entries)
     return LoadReport(
         tally.keys, missing, tally.unexpected, tally.mismatches, tally.casts, tally.errors,
-        len(entries), filled, sim.runs, sim.complete, sim.failure, notes=notes,
+        len(entries), filled, sim.runs, sim.complete, sim.failure, notes=notes, rules=rules,
     )  # fmt: skip

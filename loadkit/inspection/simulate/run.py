@@ -18,6 +18,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
+from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LOAD_ERROR, UNEXPECTED, KeyOutcome, Unexpected
 from loadkit.inspection.simulate.observer import DryLoadObserver
 from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
@@ -93,6 +94,7 @@ def simulate(
     *,
     mapper: WeightsMapper | None,
     replace_mapper: bool,
+    rules: LoadRules,
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through."""
     root_name = type(model).__name__
@@ -107,13 +109,14 @@ def simulate(
         while True:
             runs += 1
             now = recorder.now = Pass(start=start)
-            observer = DryLoadObserver(model, recorder, mapper if replace_mapper else None)
+            replace = mapper if replace_mapper else None
+            observer = DryLoadObserver(model, recorder, replace, rules)
             try:
                 stream = now.stream(infos, out.excluded)
                 with watcher, observing(observer):
                     if callable(own):
                         own(stream)
-                    else:
+                    else:  # as the pooling adapter and upstream load a model without one
                         AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
             except Exception as exc:
                 culprit = now.current

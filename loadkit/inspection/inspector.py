@@ -181,7 +181,7 @@ class InspectReport:
 
     def _layout(self, fold: bool) -> LayoutNode:
         if fold not in self._layouts:
-            items = ((t.name, t.nbytes, t.dtype) for t in self.checkpoint.tensors)
+            items = ((t.name, t.nbytes, t.dtype, t.shape) for t in self.checkpoint.tensors)
             self._layouts[fold] = build_layout(items, fold=fold)
         return self._layouts[fold]
 

@@ -14,6 +14,7 @@ from loadkit.inspection.layout import fmt_bytes
 if TYPE_CHECKING:
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.inspector import InspectReport, LoadReport
+    from loadkit.inspection.layout import LayoutNode
     from loadkit.pooling.probe import ProbeVerdict
 
 
@@ -225,6 +226,11 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         lines += [*_fix(r.fix, limit), ""]
     lines += _checkpoint(r)
     lines += ["", "layout  (numbered siblings folded into {a-b})"]
+    odd = list(r.folded_layout.odd_ones())
+    if odd:
+        lines.append(f"  folded siblings that differ ({len(odd)}):")
+        rows = [f"    {n.path}: {_odd(n)}" for n in odd]
+        lines += _capped(rows, len(rows), limit)
     tree = r.folded_layout.render(max_depth=max_depth)
     lines += ["  " + row for row in tree.splitlines()]
     if r.mapper is not None:
@@ -259,6 +265,13 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         if r.fix is not None and r.fix.result.clean:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)
+
+
+def _odd(node: LayoutNode) -> str:
+    parts = [v.text(usual=True) for v in node.variants]
+    if node.missing_in:
+        parts.append(f"missing in {', '.join(node.missing_in)}")
+    return "; ".join(parts)
 
 
 def _torch_name(safetensors_dtype: str) -> str:

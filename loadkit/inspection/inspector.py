@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from loadkit.errors import MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
@@ -56,6 +57,12 @@ class CheckpointSummary(NamedTuple):
     tensors: list[TensorInfo]
     total_bytes: int
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
+    problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
+
+    @property
+    def failing(self) -> list[IndexProblem]:
+        """The problems that make the checkpoint inconsistent (not mere notes)."""
+        return [p for p in self.problems if p.fails]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +83,7 @@ class CheckpointSummary(NamedTuple):
                 }
                 for t in self.tensors
             ],
+            "problems": [p.as_dict() for p in self.problems],
         }
 
 
@@ -198,12 +206,22 @@ class InspectReport:
     @property
     def clean(self) -> bool | None:
         """Would the checkpoint load cleanly into the model? ``None`` without a model."""
-        return None if self.load is None else self.load.clean
+        if self.load is None:
+            return None
+        return self.load.clean and not self.checkpoint.failing
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers are valid); 1: it would not."""
-        return 1 if self.clean is False else 0
+        """0: loads cleanly (or no model to load into: the headers and index are consistent);
+        1: it would not, or the index disagrees with the shards."""
+        return 1 if self.clean is False or self.checkpoint.failing else 0
+
+    def problems(self) -> list[str]:
+        """Short descriptions of what keeps the checkpoint from loading cleanly."""
+        out = []
+        if self.checkpoint.failing:
+            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
+        return out + (self.load.problems() if self.load is not None else [])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -237,7 +255,9 @@ class InspectReport:
 # --- building it ----------------------------------------------------------------------------------
 
 
-def summarize_checkpoint(ck: Checkpoint) -> CheckpointSummary:
+def summarize_checkpoint(
+    ck: Checkpoint, problems: list[IndexProblem] | None = None
+) -> CheckpointSummary:
     per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
     dtypes: dict[str, list[int]] = {}
     for t in ck.tensors.values():
@@ -253,6 +273,7 @@ def summarize_checkpoint(ck: Checkpoint) -> CheckpointSummary:
         list(ck.tensors.values()),
         ck.total_bytes,
         {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
+        list(problems or []),
     )
 
 
@@ -367,9 +388,15 @@ def inspect_checkpoint(
         >>> report.clean, report.exit_status, report.probe
         (True, 0, None)
     """
-    ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
+    problems: list[IndexProblem] = []
+    if isinstance(checkpoint, Checkpoint):
+        ck = checkpoint
+    elif os.path.isdir(checkpoint):  # every index problem collected; the rest still read
+        ck, problems = open_lenient(checkpoint)
+    else:
+        ck = open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck))
+    report = InspectReport(summarize_checkpoint(ck, problems))
     user_mapper = None if mapper is None else parse_mapper(mapper)
     names = [t.name for t in infos]
     if model is None:

@@ -42,6 +42,15 @@ def _checkpoint(r: InspectReport) -> list[str]:
             f"{fmt_bytes(s.nbytes):>10}"
             for s in c.files
         ]
+    if c.problems:
+        failing = len(c.failing)
+        lines.append(
+            f"  index problems ({failing})" + (": none" if not failing else "")
+            + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
+        )
+        for p in c.problems:
+            what = f"'{p.key}': " if p.key else ""
+            lines.append(f"    {p.kind}: {what}{p.message}")
     return lines
 
 
@@ -255,13 +264,17 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         majority = _torch_name(major) if major else None
         lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
     lines.append("")
-    if r.clean is None:
+    if r.clean is None and r.checkpoint.failing:
+        lines.append(
+            f"verdict: the index disagrees with its shards: {'; '.join(r.problems())}; no model "
+            "given, so names were not matched (exit 1)"
+        )
+    elif r.clean is None:
         lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
     elif r.clean:
         lines.append("verdict: would load cleanly (exit 0)")
     else:
-        assert r.load is not None
-        lines.append(f"verdict: would NOT load: {'; '.join(r.load.problems())} (exit 1)")
+        lines.append(f"verdict: would NOT load: {'; '.join(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.result.clean:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)

@@ -166,3 +166,14 @@ def test_nested_folds_and_dtypes():
     assert [(v.dtype, v.places, v.usual) for v in w.variants] == [
         ("F16", ["layers.0.experts.1"], "BF16")
     ]
+
+
+def test_a_tensor_most_instances_lack_names_the_few_that_have_it():
+    items = [(f"l.{i}.w", 4, "F32", (2,)) for i in range(300)]
+    items += [(f"l.{i}.extra_{i}", 4, "F32", (2,)) for i in range(300)]  # one per layer
+    root = build_layout(items, fold=True)
+    extra = root.find("l.{0-299}.extra_7")
+    assert extra.only_in == ["l.7"] and extra.of == 300 and extra.missing_in == []
+    assert "1 of 300: only in l.7" in extra.shape_text()
+    # Each tensor names the smaller side: 300 places in all, not 300 x 299.
+    assert sum(len(n.only_in) + len(n.missing_in) for n in root.walk()) == 300

@@ -46,6 +46,8 @@ class LayoutNode:
         "missing_in",
         "name",
         "nbytes",
+        "of",
+        "only_in",
         "own",
         "path",
         "shape",
@@ -66,6 +68,8 @@ class LayoutNode:
         self.shape: tuple[int, ...] | None = None  # a tensor's shape (most instances' if folded)
         self.variants: list[Variant] = []  # folded instances whose shape or dtype differ
         self.missing_in: list[str] = []  # folded instances that lack this tensor
+        self.only_in: list[str] = []  # ... or, when most do, the few that have it
+        self.of = 0  # a folded tensor: the instances of its innermost fold
         self._indices: set[int] | None = None
         self._universe: set[tuple[int, ...]] | None = None  # a folded node: instances below it
         self._where: list[tuple[tuple[int, ...], tuple[int, ...] | None, str]] = []
@@ -124,6 +128,9 @@ class LayoutNode:
             d["variants"] = [v.as_dict() for v in self.variants]
         if self.missing_in:
             d["missing_in"] = self.missing_in
+        if self.only_in:
+            d["only_in"] = self.only_in
+            d["of"] = self.of
         if self.children:
             d["children"] = [c.as_dict() for c in self.children.values()]
         return d
@@ -158,12 +165,14 @@ class LayoutNode:
             parts.append(
                 f"{have} of {have + len(self.missing_in)}: missing in {_places(self.missing_in)}"
             )
+        if self.only_in:
+            parts.append(f"{self.tensors} of {self.of}: only in {_places(self.only_in)}")
         return "; ".join(p for p in parts if p)
 
     def odd_ones(self) -> Iterator[LayoutNode]:
         """Folded tensor nodes whose instances differ in shape or dtype, or where one lacks it."""
         for node in self.walk():
-            if node.variants or node.missing_in:
+            if node.variants or node.missing_in or node.only_in:
                 yield node
 
 
@@ -316,7 +325,14 @@ def _describe(node: LayoutNode, folds: list[LayoutNode]) -> None:
         )
     present = {index for index, _, _ in where}
     universe = folds[-1]._universe or set()
-    node.missing_in = [_place(folds, index) for index in sorted(universe - present)]
+    node.of = len(universe)
+    # Name the smaller side, so the work stays linear in the tensors: the few instances that
+    # lack the tensor, or (for a tensor most lack, like one extra key per layer) the few that
+    # have it.
+    if 2 * len(present) >= len(universe):
+        node.missing_in = [_place(folds, index) for index in sorted(universe - present)]
+    else:
+        node.only_in = [_place(folds, index) for index in sorted(present)]
 
 
 def _place(folds: list[LayoutNode], index: tuple[int, ...]) -> str:

@@ -284,6 +284,8 @@ def _odd(node: LayoutNode) -> str:
     parts = [v.text(usual=True) for v in node.variants]
     if node.missing_in:
         parts.append(f"missing in {', '.join(node.missing_in)}")
+    if node.only_in:
+        parts.append(f"only in {', '.join(node.only_in)} (of {node.of})")
     return "; ".join(parts)
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LoadReport
-from loadkit.inspection.simulate.meta import meta_copy, model_summary
+from loadkit.inspection.simulate.meta import loadable_tensors, meta_copy, model_summary
 from loadkit.inspection.simulate.outcome import assemble
 from loadkit.inspection.simulate.run import simulate
 from loadkit.mapper import WeightsMapper
@@ -70,7 +70,10 @@ def dry_load(
     """
     rules = rules or LoadRules()
     model = meta_copy(model)
-    sim = simulate(model, infos, mapper=mapper, replace_mapper=replace_mapper, rules=rules)
+    tensors = loadable_tensors(model)
+    sim = simulate(
+        model, infos, mapper=mapper, replace_mapper=replace_mapper, rules=rules, tensors=tensors
+    )
     used = sim.observer.root_mapper()
     ran = bool(sim.observer.used)
-    return DryLoad(assemble(model, infos, sim, used if ran else mapper, rules), used, ran)
+    return DryLoad(assemble(tensors, infos, sim, used if ran else mapper, rules), used, ran)

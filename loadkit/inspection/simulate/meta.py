@@ -38,19 +38,20 @@ def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def model_tensor_map(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters and buffers by qualified name (tied names each listed)."""
-    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and persistent buffers by qualified name, each tied tensor once (under the
+    name ``LoadLedger`` gives it): what a load must fill. Computed once per dry load."""
+    by_name = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    return {name: by_name[name] for name in model_tensors(model)}
 
 
 def model_summary(model: nn.Module, spec: str) -> ModelSummary:
-    entries = model_tensors(model)
-    by_name = model_tensor_map(model)
-    nbytes = sum(by_name[n].numel() * by_name[n].element_size() for n in entries)
+    tensors = loadable_tensors(model)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     return ModelSummary(
         spec,
         type(model).__name__,
-        len(entries),
+        len(tensors),
         nbytes,
         callable(getattr(model, "load_weights", None)),
         pooling=bool(getattr(model, "is_pooling_model", False)),

@@ -46,13 +46,16 @@ class DryLoadObserver(LoadObserver):
         recorder: Recorder,
         replace: WeightsMapper | None,
         rules: LoadRules | None = None,
+        module_paths: dict[int, str] | None = None,
     ):
         self.root = model
         self.rules = rules or LoadRules()
         self.root_name = type(model).__name__
         self.recorder = recorder
         self.replace = replace
-        self.module_paths = {id(m): name for name, m in model.named_modules()}
+        if module_paths is None:
+            module_paths = {id(m): name for name, m in model.named_modules()}
+        self.module_paths = module_paths  # shared by every pass: computed once
         self.ledgers: list[tuple[str, LoadLedger]] = []  # (module path, ledger), in order opened
         self.used: list[WeightsMapper | None] = []  # mappers the root's AutoWeightsLoader used
         self._path: dict[int, str] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from torch import nn
+import torch
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ShapeMismatchError
@@ -30,12 +30,11 @@ from loadkit.inspection.records import (
     Unexpected,
 )
 from loadkit.inspection.renames import Named, Nearest, pair_renames
-from loadkit.inspection.simulate.meta import dtype_name, model_tensor_map
+from loadkit.inspection.simulate.meta import dtype_name
 from loadkit.inspection.simulate.observer import Fate, join
 from loadkit.inspection.simulate.recording import Call
 from loadkit.inspection.simulate.run import Simulation
 from loadkit.loading.ledger import LOADED as LEDGER_LOADED
-from loadkit.loading.ledger import model_tensors
 from loadkit.mapper import WeightsMapper
 
 
@@ -140,10 +139,12 @@ def _suggest(
         if k.status in (UNEXPECTED, LOAD_ERROR)
     ]
     wanted = [Named(m.name, m.name, m.numel) for m in missing]
-    pairs = pair_renames(unused, wanted)
+    pairs = pair_renames(unused, wanted) if unused and wanted else {}
     for m in missing:
         m.suggestions = [pairs[m.name]] if m.name in pairs else []
     paired = {key: param for param, key in pairs.items()}
+    if not tally.unexpected:
+        return []
     nearest = Nearest(model_names, len(tally.unexpected))
     for u in tally.unexpected:
         first = [paired[u.name]] if u.name in paired else []
@@ -158,15 +159,14 @@ def _suggest(
 
 
 def assemble(
-    model: nn.Module,
+    tensors: dict[str, torch.Tensor],
     infos: Sequence[TensorInfo],
     sim: Simulation,
     mapper: WeightsMapper | None,
     rules: LoadRules,
 ) -> LoadReport:
     """The load section: every key's fate, missing tensors, mismatches, casts, suggestions."""
-    entries = model_tensors(model)
-    by_name = model_tensor_map(model)
+    entries, by_name = list(tensors), tensors
     calls: dict[str, list[Call]] = {}
     for call in sim.final.calls:
         calls.setdefault(call.key or "", []).append(call)
@@ -198,7 +198,7 @@ def assemble(
         for n in entries
         if n not in tally.filled and n not in tally.failed
     ]
-    notes = _suggest(tally, missing, infos, list(entries))
+    notes = _suggest(tally, missing, infos, entries)
     filled = sum(n in tally.filled and n not in tally.failed for n in entries)
     return LoadReport(
         tally.keys, missing, tally.unexpected, tally.mismatches, tally.casts, tally.errors,

@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.inspection.simulate.meta import meta_weight, model_tensor_map
+from loadkit.inspection.simulate.meta import meta_weight
 from loadkit.loading.counting import EagerDispatchMode
-from loadkit.loading.ledger import model_tensors
 from loadkit.loading.weight_loaders import default_weight_loader
 
 
@@ -94,12 +92,10 @@ def _recording_loader(name: str, loader: Any, recorder: Recorder) -> Any:
 
 
 @contextmanager
-def recording_loaders(model: nn.Module, recorder: Recorder) -> Iterator[None]:
-    """Give every parameter and persistent buffer a recording ``weight_loader`` for the block."""
+def recording_loaders(tensors: dict[str, torch.Tensor], recorder: Recorder) -> Iterator[None]:
+    """Give every tensor (the model's, by name) a recording ``weight_loader`` for the block."""
     restore: list[tuple[torch.Tensor, Any]] = []
-    by_name = model_tensor_map(model)
-    for name in model_tensors(model):
-        tensor = by_name[name]
+    for name, tensor in tensors.items():
         original = getattr(tensor, "weight_loader", None)
         restore.append((tensor, original))
         loader = original or default_weight_loader
@@ -130,10 +126,9 @@ class WriteWatcher(EagerDispatchMode):
     its storage.
     """
 
-    def __init__(self, model: nn.Module, recorder: Recorder) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor], recorder: Recorder) -> None:
         super().__init__()
-        by_name = model_tensor_map(model)
-        self.storages = {storage_id(by_name[n]): n for n in model_tensors(model)}
+        self.storages = {storage_id(t): name for name, t in tensors.items()}
         self.storages.pop(None, None)
         self.recorder = recorder
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
@@ -95,22 +96,25 @@ def simulate(
     mapper: WeightsMapper | None,
     replace_mapper: bool,
     rules: LoadRules,
+    tensors: dict[str, torch.Tensor],
 ) -> Simulation:
-    """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through."""
+    """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
+    ``tensors``: the model's, by name (``meta.loadable_tensors``)."""
     root_name = type(model).__name__
     own = getattr(model, "load_weights", None)
     recorder = Recorder()
     position = {info.name: i for i, info in enumerate(infos)}
+    paths = {id(m): name for name, m in model.named_modules()}
     out = _Exclusions(infos)
     runs, start = 0, 0
     complete, failure = True, None
-    with recording_loaders(model, recorder):
-        watcher = WriteWatcher(model, recorder)
+    with recording_loaders(tensors, recorder):
+        watcher = WriteWatcher(tensors, recorder)
         while True:
             runs += 1
             now = recorder.now = Pass(start=start)
             replace = mapper if replace_mapper else None
-            observer = DryLoadObserver(model, recorder, replace, rules)
+            observer = DryLoadObserver(model, recorder, replace, rules, paths)
             try:
                 stream = now.stream(infos, out.excluded)
                 with watcher, observing(observer):

@@ -65,3 +65,8 @@ def test_nearest_names_use_shared_parts_and_scan_only_small_sets():
     assert near.shortened == 0
     big = Nearest([f"n{i}.w" for i in range(2000)], lookups=1000)
     assert big("zzz") == [] and big.shortened == 1  # counted, so the report can say so
+
+
+def test_an_equal_shape_breaks_a_tie_between_equally_named_tensors():
+    missing = [Named("p.w", "p.w", 16, (2, 8)), Named("q.w", "q.w", 16, (4, 4))]
+    assert pair_renames([Named("x.w", "x.w", 16, (4, 4))], missing) == {"q.w": "x.w"}

@@ -64,6 +64,8 @@ class Unexpected:
     looked_up: str  # the name the model was asked for (mapped, possibly re-prefixed)
     message: str
     suggestions: list[str] = field(default_factory=list)  # nearest model tensors
+    shape: tuple[int, ...] | None = None  # the checkpoint tensor's
+    dtype: str | None = None
 
 
 @dataclass
@@ -198,7 +200,10 @@ class LoadReport:
                 },
             },
             "keys": [_drop_none(vars(k)) for k in self.keys],
-            "unexpected": [vars(u) for u in self.unexpected],
+            "unexpected": [
+                {**vars(u), "shape": None if u.shape is None else list(u.shape)}
+                for u in self.unexpected
+            ],
             "missing": [{**vars(m), "shape": list(m.shape)} for m in self.missing],
             "shape_mismatches": [
                 {

@@ -27,6 +27,7 @@ class Named(NamedTuple):
     name: str  # for a checkpoint key: the name the model was asked for (after the mapper)
     ident: str  # the checkpoint key, or the model tensor's name
     numel: int | None  # None: any size (nearest-name suggestions)
+    shape: tuple[int, ...] | None = None  # an equal shape ranks a candidate higher
 
 
 def _blocking_keys(name: str) -> Iterator[tuple[object, ...]]:
@@ -78,7 +79,8 @@ def _score(a: str, b: str) -> tuple[int, float]:
 
 def pair_renames(unused: Sequence[Named], missing: Sequence[Named]) -> dict[str, str]:
     """Missing tensor -> the unused key that most likely is it (same element count; names
-    sharing the most components, then the most alike). One key per tensor, one tensor per key.
+    sharing the most components, then the same shape, then the most alike names). One key per
+    tensor, one tensor per key.
 
     Example:
         >>> key = Named("bert.pooler.weight", "bert.pooler.weight", 4)
@@ -87,16 +89,16 @@ def pair_renames(unused: Sequence[Named], missing: Sequence[Named]) -> dict[str,
         {'pooler.weight': 'bert.pooler.weight'}
     """
     index = NameIndex(missing)
-    scored: list[tuple[tuple[int, float], int, int]] = []
+    scored: list[tuple[int, bool, float, int, int]] = []
     for u, key in enumerate(unused):
         for m in index.candidates(key.name, key.numel):
-            score = _score(key.name, missing[m].name)
-            if score[0] or score[1] >= 0.6:
-                scored.append((score, u, m))
-    scored.sort(key=lambda s: (-s[0][0], -s[0][1], s[1], s[2]))
+            shared, ratio = _score(key.name, missing[m].name)
+            if shared or ratio >= 0.6:
+                scored.append((shared, key.shape == missing[m].shape, ratio, u, m))
+    scored.sort(key=lambda s: (-s[0], -s[1], -s[2], s[3], s[4]))
     pairs: dict[str, str] = {}
     taken: set[int] = set()
-    for _, u, m in scored:
+    for *_, u, m in scored:
         param = missing[m].ident
         if param not in pairs and u not in taken:
             pairs[param] = unused[u].ident

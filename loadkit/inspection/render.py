@@ -171,6 +171,7 @@ def _load(
         "unexpected names",
         [
             f"    {u.name}"
+            + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
             + (f"  (looked up as '{u.looked_up}')" if u.looked_up != u.name else "")
             + (f"\n      nearest: {', '.join(u.suggestions)}" if u.suggestions else "")
             + f"\n      {u.message}"

@@ -93,7 +93,9 @@ def _classify(
         if out.status == LOAD_ERROR:
             tally.errors.append(out)
         if name in sim.unexpected:
-            tally.unexpected.append(sim.unexpected[name])
+            u = sim.unexpected[name]
+            u.shape, u.dtype = info.shape, info.dtype
+            tally.unexpected.append(u)
         return
     bad = [c for c in calls if c.error is not None]
     if bad:
@@ -101,7 +103,8 @@ def _classify(
     if fate and fate.status == UNEXPECTED:
         looked_up, reason = sim.observer.rejected[name]
         tally.keys.append(KeyOutcome(name, UNEXPECTED, mapped, message=reason))
-        tally.unexpected.append(Unexpected(name, looked_up, reason))
+        u = Unexpected(name, looked_up, reason, shape=info.shape, dtype=info.dtype)
+        tally.unexpected.append(u)
         return
     if fate and fate.status in (SKIPPED, IGNORED, DROPPED):
         tally.keys.append(KeyOutcome(name, fate.status, mapped, rule=fate.rule))
@@ -132,13 +135,13 @@ def _suggest(
 ) -> list[str]:
     """Pair leftovers (unused keys, tensors never filled); nearest names for unexpected ones.
     Returns notes on any search that was shortened."""
-    numel = {t.name: t.numel for t in infos}
+    by_key = {t.name: t for t in infos}
     unused = [
-        Named(k.mapped or k.name, k.name, numel[k.name])
+        Named(k.mapped or k.name, k.name, by_key[k.name].numel, by_key[k.name].shape)
         for k in tally.keys
         if k.status in (UNEXPECTED, LOAD_ERROR)
     ]
-    wanted = [Named(m.name, m.name, m.numel) for m in missing]
+    wanted = [Named(m.name, m.name, m.numel, m.shape) for m in missing]
     pairs = pair_renames(unused, wanted) if unused and wanted else {}
     for m in missing:
         m.suggestions = [pairs[m.name]] if m.name in pairs else []

@@ -418,7 +418,7 @@ def inspect_checkpoint(
     if user_mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
         # for this (meta) model only. The dry load replaces the mapper its loader uses.
-        module.hf_to_vllm_mapper = user_mapper
+        setattr(module, "hf_to_vllm_mapper", user_mapper)  # noqa: B010 (an instance attribute)
     own_mapper = getattr(module, "hf_to_vllm_mapper", None)
     if not isinstance(own_mapper, WeightsMapper):
         own_mapper = None

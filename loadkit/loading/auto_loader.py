@@ -144,8 +144,11 @@ class AutoWeightsLoader:
 
     def _unexpected(self, qual: str, entries: list[CheckpointEntry], reason: str) -> bool:
         """Ask the observer whether ``qual`` may be recorded instead of raised (a dry load)."""
-        observer = self.ledger.observer if self.ledger is not None else None
-        if observer is None or not observer.unexpected(self.ledger, qual, entries, reason):
+        ledger = self.ledger
+        observer = ledger.observer if ledger is not None else None
+        if observer is None or ledger is None or not observer.unexpected(
+            ledger, qual, entries, reason
+        ):
             return False
         for entry in entries:
             entry.status, entry.rule = UNEXPECTED, reason

@@ -86,7 +86,7 @@ class KeyedMeta(torch.Tensor):
                 if isinstance(t, KeyedMeta) and "loadkit_key" not in t.__dict__:
                     for attr in _CARRIED:
                         if attr in src.__dict__:
-                            setattr(t, attr, src.__dict__[attr])
+                            t.__dict__[attr] = src.__dict__[attr]
         return out
 
 
@@ -101,6 +101,6 @@ def meta_weight(info: TensorInfo) -> torch.Tensor:
     """
     dtype = getattr(torch, DTYPES[info.dtype][0])
     t = torch.empty(info.shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
-    t.loadkit_file = info.file  # load errors name the file, as for real tensors
-    t.loadkit_key = info.name  # names the key even through delegation and renaming
+    t.__dict__["loadkit_file"] = info.file  # load errors name the file, as for real tensors
+    t.__dict__["loadkit_key"] = info.name  # names the key through delegation and renaming
     return t

@@ -253,8 +253,6 @@ def test_exit_2_for_unusable_input(tmp_path):
         (not_json, ["notjson.safetensors", "not valid JSON"]),
         (bad_dtype, ["dtype.safetensors", "'w'", "F128"]),
         (bad_shape, ["shape.safetensors", "'w'", "[3, 3]", "16"]),
-        (twice, ["b.safetensors", "'w'", "a.safetensors", "[2]", "[3]"]),
-        (index, ["model.safetensors.index.json", "gone.safetensors", "'v'"]),
     ]
     for path, words in cases:
         res = run("inspect", path)
@@ -266,6 +264,17 @@ def test_exit_2_for_unusable_input(tmp_path):
             assert w in res.stderr, (w, res.stderr)
     res = run("inspect", truncated, "--json")
     assert res.returncode == 2 and json.loads(res.stdout)["exit_status"] == 2
+    # A folder whose shards disagree (with each other, or with the index) is still read: every
+    # problem is listed with where the key is, and the rest of the report printed (exit 1).
+    for path, words in [
+        (twice, ["in two shards", "a.safetensors and b.safetensors", "'w'", "[2]", "[3]"]),
+        (index, ["missing shard", "gone.safetensors", "'v'", "no shard holds it"]),
+    ]:
+        res = run("inspect", path)
+        assert res.returncode == 1, (path, res.stdout, res.stderr)
+        assert res.stderr == "" and "layout" in res.stdout
+        for w in words:
+            assert w in res.stdout, (path, w, res.stdout)
 
 
 def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):

@@ -177,12 +177,14 @@ def _index_vs_shards(
 ) -> list[IndexProblem]:
     """Index entries whose shard is missing, or does not hold the key."""
     problems = []
+    exists = {shard: (p / shard).is_file() for shard in indexed}  # one stat per shard
     for key, shard in weight_map.items():
-        where = located.get(key, [])
-        if not (p / shard).is_file():
+        if not exists[shard]:
+            where = located.get(key, [])
             msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
             problems.append(IndexProblem("missing shard", key, msg, tuple(where)))
         elif shard in headers and key not in headers[shard]:
+            where = located.get(key, [])
             msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
             problems.append(IndexProblem("wrong shard", key, msg, tuple(where)))
     return problems

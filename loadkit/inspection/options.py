@@ -1,16 +1,15 @@
 """What the user adds to a dry load: rules for the model's root loader, and verdict rules.
 
-Torch-free: the CLI builds these from its flags before anything heavy is imported.
+Torch-free, and a NamedTuple rather than a dataclass: the header-only inspector imports this
+module, and ``dataclasses`` alone costs it about 7 ms.
 """
 
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class LoadRules:
+class LoadRules(NamedTuple):
     """Extra rules, as if the model's root ``AutoWeightsLoader`` had been built with them
     (``skip_prefixes``, ``ignore_unexpected_prefixes``, ``ignore_unexpected_suffixes``), and
     two rules for the verdict: tensors that may stay unfilled, and whether any dtype cast fails.
@@ -36,6 +35,8 @@ class LoadRules:
 
     def allowed(self, tensor: str) -> str | None:
         """The first ``allow_missing`` pattern ``tensor`` matches, if any."""
+        import fnmatch
+
         for pattern in self.allow_missing:
             if fnmatch.fnmatchcase(tensor, pattern):
                 return pattern

@@ -57,7 +57,7 @@ def test_default_checkpoint_and_choices(in_notebooks):
 def test_treemap_tables_and_probe(in_notebooks):
     path, model = debug.default_checkpoint()
     report = debug.inspect(path, model)
-    fig = debug.treemap_figure(report, widget=False)
+    fig = debug.treemap_figure(report)
     (trace,) = fig.data
     assert trace.values[0] == report.checkpoint.total_bytes
     text = debug.treemap_data(fig)

@@ -34,6 +34,9 @@ class ModelSummary:
     nbytes: int
     has_own_load_weights: bool
     pooling: bool = False  # a pooling model (``is_pooling_model``): its loader probes a prefix
+    # What a model built from a config says about itself (``--model hf``: the wrapper, the
+    # transformers class, why that wrapper); ``None`` for other models.
+    backend: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class ModelSummary:
             "bytes": self.nbytes,
             "own_load_weights": self.has_own_load_weights,
             "pooling": self.pooling,
+            "backend": self.backend,
         }
 
 

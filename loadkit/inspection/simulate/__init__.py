@@ -76,4 +76,5 @@ def dry_load(
     )
     used = sim.observer.root_mapper()
     ran = bool(sim.observer.used)
-    return DryLoad(assemble(tensors, infos, sim, used if ran else mapper, rules), used, ran)
+    report = assemble(sim.tensors, infos, sim, used if ran else mapper, rules)
+    return DryLoad(report, used, ran)

@@ -48,6 +48,7 @@ def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 def model_summary(model: nn.Module, spec: str) -> ModelSummary:
     tensors = loadable_tensors(model)
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    describe = getattr(model, "backend_info", None)  # a model built from a config says how
     return ModelSummary(
         spec,
         type(model).__name__,
@@ -55,6 +56,7 @@ def model_summary(model: nn.Module, spec: str) -> ModelSummary:
         nbytes,
         callable(getattr(model, "load_weights", None)),
         pooling=bool(getattr(model, "is_pooling_model", False)),
+        backend=describe() if callable(describe) else None,
     )
 
 

@@ -43,6 +43,10 @@ class Pass:
     pulled: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     writes: list[tuple[str, str | None]] = field(default_factory=list)  # (tensor, current key)
+    # Copies into a storage the model did not have when the pass began (a tensor the load
+    # registers itself, as upstream's lm_head bias): resolved against the model afterwards.
+    # Holding the destination keeps its storage from being freed and its id reused meanwhile.
+    late_writes: list[tuple[torch.Tensor, str | None]] = field(default_factory=list)
     exhausted: bool = False  # every weight was read
 
     def stream(
@@ -130,12 +134,29 @@ class WriteWatcher(EagerDispatchMode):
         super().__init__()
         self.storages = {storage_id(t): name for name, t in tensors.items()}
         self.storages.pop(None, None)
+        self.names = set(tensors)
         self.recorder = recorder
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.copy_.default:
-            name = self.storages.get(storage_id(args[0]))
-            if name is not None:
+            ident = storage_id(args[0])
+            if ident is not None:
                 now = self.recorder.now
-                now.writes.append((name, now.current))
+                name = self.storages.get(ident)
+                if name is not None:
+                    now.writes.append((name, now.current))
+                else:
+                    now.late_writes.append((args[0], now.current))
         return func(*args, **(kwargs or {}))
+
+    def resolve_late_writes(self, tensors: dict[str, torch.Tensor], now: Pass) -> None:
+        """Credit ``now``'s copies into tensors the load registered itself: ``tensors`` are the
+        model's after the pass."""
+        if not now.late_writes:
+            return
+        added = {storage_id(t): n for n, t in tensors.items() if n not in self.names}
+        for tensor, key in now.late_writes:
+            name = added.get(storage_id(tensor))
+            if name is not None:
+                now.writes.append((name, key))
+        now.late_writes.clear()

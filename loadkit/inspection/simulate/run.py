@@ -21,6 +21,7 @@ from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LOAD_ERROR, UNEXPECTED, KeyOutcome, Unexpected
+from loadkit.inspection.simulate.meta import loadable_tensors
 from loadkit.inspection.simulate.observer import DryLoadObserver
 from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
 from loadkit.loading.auto_loader import AutoWeightsLoader
@@ -41,6 +42,7 @@ class Simulation:
     runs: int = 0
     complete: bool = True
     failure: str | None = None  # raised after the last weight, with no key to blame
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, afterwards
 
 
 class _Exclusions:
@@ -148,4 +150,8 @@ def simulate(
             if not start:
                 break
             start = 0  # the discovery reached the end: one full pass for the report
-    return Simulation(now, observer, out.excluded, out.unexpected, runs, complete, failure)
+    after = loadable_tensors(model)  # with any tensor the load registered itself
+    watcher.resolve_late_writes(after, now)
+    sim = Simulation(now, observer, out.excluded, out.unexpected, runs, complete, failure)
+    sim.tensors = after
+    return sim

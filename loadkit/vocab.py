@@ -71,8 +71,8 @@ class Status(StrEnum):
     MAPPER_DROPPED = "dropped by mapper"
     DELEGATED = "delegated"
     UNCONSUMED = "unconsumed"  # pulled by nobody: a loader that stopped early
+    UNEXPECTED = "unexpected"  # not in the model, recorded by an observer instead of raised
     # a checkpoint key in a simulated load that would fail (the inspect report adds these)
-    UNEXPECTED = "unexpected"
     SHAPE_MISMATCH = "shape mismatch"
     LOAD_ERROR = "load error"
     # a model tensor
@@ -90,6 +90,7 @@ ENTRY_STATUSES = (
     Status.MAPPER_DROPPED,
     Status.DELEGATED,
     Status.UNCONSUMED,
+    Status.UNEXPECTED,
 )
 PARAM_STATUSES = (Status.LOADED, Status.NEVER_LOADED)
 # A key's fate in a simulated load: the clean ones, then the ones that fail the load.

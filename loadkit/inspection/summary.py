@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from loadkit.checkpoint.index import IndexProblem
     from loadkit.checkpoint.reader import TensorInfo
 
 
@@ -26,6 +27,12 @@ class CheckpointSummary(NamedTuple):
     tensors: list[TensorInfo]
     total_bytes: int
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
+    problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
+
+    @property
+    def failing(self) -> list[IndexProblem]:
+        """The problems that make the checkpoint inconsistent (not mere notes)."""
+        return [p for p in self.problems if p.fails]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +53,7 @@ class CheckpointSummary(NamedTuple):
                 }
                 for t in self.tensors
             ],
+            "problems": [p.as_dict() for p in self.problems],
         }
 
 

@@ -20,6 +20,7 @@ from loadkit.errors import (
     UnknownNameError,
 )
 from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
+from loadkit.loading.observe import LoadObserver
 from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
 from loadkit.mapper import WeightsMapper
 from loadkit.vocab import Status
@@ -54,6 +55,8 @@ class AutoWeightsLoader:
         ignore_unexpected_prefixes: a name the module does not have is ignored, not an error,
             when it starts with one of these...
         ignore_unexpected_suffixes: ...or ends with one of these.
+        observer: a ``loadkit.loading.observe.LoadObserver`` that follows the load (``None``: the
+            one of the enclosing ``observing`` scope, if any).
 
     The caller's lists are copied, never changed. After ``load_weights``, ``self.ledger``
     accounts for every checkpoint name and every model tensor.
@@ -76,8 +79,10 @@ class AutoWeightsLoader:
         skip_substrs: list[str] | None = None,
         ignore_unexpected_prefixes: list[str] | None = None,
         ignore_unexpected_suffixes: list[str] | None = None,
+        observer: LoadObserver | None = None,
     ) -> None:
         self.module = module
+        self.observer = observer  # None: the scope's (loadkit.loading.observe.observing)
         # Copies: upstream extends the caller's lists in place, which leaks rules between models.
         self.skip_prefixes = list(skip_prefixes or [])
         self.skip_substrs = list(skip_substrs or []) + list(ROTARY_EMBEDS_UNUSED_WEIGHTS)
@@ -157,6 +162,18 @@ class AutoWeightsLoader:
                 yield name
         yield from (self.ledger.params if self.ledger else ())
 
+    def _unexpected(self, qual: str, entries: list[CheckpointEntry], reason: str) -> bool:
+        """Ask the observer whether ``qual`` may be recorded instead of raised (a dry load)."""
+        ledger = self.ledger
+        observer = ledger.observer if ledger is not None else None
+        if observer is None or ledger is None or not observer.unexpected(
+            ledger, qual, entries, reason
+        ):
+            return False
+        for entry in entries:
+            entry.status, entry.rule = Status.UNEXPECTED, reason
+        return True
+
     def _delegate(self, prefix: str, items: Iterable[Item]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor, entry in items:
             entry.status, entry.target = Status.DELEGATED, prefix
@@ -188,6 +205,9 @@ class AutoWeightsLoader:
                 rule = self._ignore_rule(qual)
                 if rule:
                     entry.status, entry.rule = Status.IGNORED, rule
+                    continue
+                reason = f"nested under the parameter '{prefix}'"
+                if self._unexpected(qual, [entry], reason):
                     continue
                 raise NestedWeightError(qual, prefix, weight_source(entry.name, tensor))
             load_param(param, tensor, name=prefix, source=weight_source(entry.name, tensor))
@@ -243,6 +263,11 @@ class AutoWeightsLoader:
                     self._mark(group, Status.IGNORED, rule)
                     continue
                 _, tensor, entry = next(group)
+                if self.ledger.observer is not None:  # a dry load: record the group, go on
+                    root = type(self.module).__name__
+                    reason = f"no module or parameter named '{qual}' in {root}"
+                    if self._unexpected(qual, [entry, *(e for _, _, e in group)], reason):
+                        continue
                 raise UnknownNameError(
                     qual,
                     type(self.module).__name__,
@@ -258,6 +283,9 @@ class AutoWeightsLoader:
     ) -> set[str]:
         """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest.
 
+        Inside ``loadkit.loading.observe.observing(obs)`` (or with ``observer=obs``), ``obs`` sees
+        the ledger, may replace ``mapper``, and may take unknown names instead of an error.
+
         Args:
             weights: ``(checkpoint name, tensor)`` pairs, read lazily.
             mapper: maps each name first (``WeightsMapper.apply``), if given.
@@ -266,6 +294,8 @@ class AutoWeightsLoader:
             The fully qualified names loaded (never the skipped or ignored ones). A name the
             model does not have raises ``UnknownNameError`` with the nearest existing names.
         """
-        self.ledger = LoadLedger(self.module)
+        self.ledger = LoadLedger(self.module, self.observer)
         remember(self.module, self.ledger)
+        if self.ledger.observer is not None:
+            mapper = self.ledger.observer.loading(self, mapper)
         return set(self._load_module("", self.module, self._entries(weights, mapper)))

@@ -56,7 +56,7 @@ class _Watch:
     results: dict[tuple[int, int], RankResult] = field(default_factory=dict)
     finished: set[int] = field(default_factory=set)  # ranks that reported "done"
     fatal: dict[int, str] = field(default_factory=dict)
-    gone: dict[int, str] = field(default_factory=dict)  # rank -> how it ended unreported
+    gone: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> status, how
     first_failure: float | None = None
 
     def failed(self) -> None:
@@ -206,7 +206,7 @@ def _supervise(watch: _Watch, q: Any, store: Any, bars: list[Any], timeout: floa
     spec = watch.spec
     deadline = time.monotonic() + timeout
     # After a first failure, the others get one collective timeout (and a margin) to report.
-    grace = spec.collective_timeout + 5.0
+    grace = spec.collective_timeout + 2.0
     while watch.pending():
         try:
             watch.take(q.get(timeout=0.1))
@@ -222,16 +222,25 @@ def _supervise(watch: _Watch, q: Any, store: Any, bars: list[Any], timeout: floa
             if not p.is_alive():
                 _drain(watch, q)
                 if r in watch.pending():
-                    watch.gone[r] = f"{_exit_text(p.exitcode)} without reporting"
+                    watch.gone[r] = ("died", f"{_exit_text(p.exitcode)} without reporting")
                     watch.failed()
+                    _post_for_the_dead(watch, store, r)
         if watch.first_failure is not None and now > watch.first_failure + grace:
             for r in watch.pending():
-                watch.gone[r] = f"killed: no report within {grace:g} s of the first failure"
+                watch.gone[r] = ("killed", f"no report within {grace:g} s of the first failure")
             return
         if now > deadline:
             for r in watch.pending():
-                watch.gone[r] = f"killed: still running after the {timeout:g} s timeout"
+                watch.gone[r] = ("killed", f"still running after the {timeout:g} s timeout")
             return
+
+
+def _post_for_the_dead(watch: _Watch, store: Any, rank: int) -> None:
+    # The others wait for every rank's load status: post the dead rank's, so they learn at once
+    # instead of after the collective timeout.
+    for j in range(len(watch.spec.jobs)):
+        if (j, rank) not in watch.results:
+            store.set(f"status/{j}/{rank}", watch.gone[rank][1])
 
 
 def _drain(watch: _Watch, q: Any) -> None:
@@ -267,12 +276,12 @@ def _collect(watch: _Watch, checkpoint: str) -> list[TPRun]:
                 if r in watch.fatal:
                     res.status, res.error = "load error", watch.fatal[r]
                 elif r in watch.gone:
-                    res.status = "killed" if watch.gone[r].startswith("killed") else "died"
-                    res.error = watch.gone[r]
+                    res.status, res.error = watch.gone[r]
                 else:
                     res.error = "never reached this job (an earlier job's failure ended the run)"
             ranks.append(res)
-        runs.append(TPRun(spec.tp, job, ranks, checkpoint))
+        pids = tuple(p.pid for p in watch.procs if p.pid is not None)
+        runs.append(TPRun(spec.tp, job, ranks, checkpoint, pids))
     return runs
 
 

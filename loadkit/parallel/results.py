@@ -97,6 +97,7 @@ class TPRun:
     job: Job
     ranks: list[RankResult]
     checkpoint: str = ""
+    pids: tuple[int, ...] = ()  # the rank processes (all ended when the run returns)
 
     @property
     def ok(self) -> bool:

@@ -184,7 +184,7 @@ def test_layers_and_loaders_need_a_group():
     layer = build(ColumnParallelLinear, 0, 2, 4, 6)
     with pytest.raises(TensorParallelError, match="no tensor-parallel group"):
         layer.weight.weight_loader(layer.weight, rows_of(6, 4))
-    with pytest.raises(TensorParallelError, match="built for 2 ranks but is loaded in a group of 4"):
+    with pytest.raises(TensorParallelError, match="built for 2 ranks but is loaded in a group of"):
         load(layer, layer.weight, rows_of(6, 4), rank=0, tp=4)
 
 

@@ -49,7 +49,8 @@ class RankShare:
 def meta_weights(tensors: Tensors):
     """The checkpoint as meta tensors, in the order ``Checkpoint.weights()`` would yield it."""
     for name, info in tensors.items():
-        yield name, torch.empty(info.shape, dtype=getattr(torch, DTYPES[info.dtype][0]), device="meta")
+        dtype = getattr(torch, DTYPES[info.dtype][0])
+        yield name, torch.empty(info.shape, dtype=dtype, device="meta")
 
 
 def llama_builder(tensors: Tensors, job: Job) -> Callable[[], nn.Module]:
@@ -79,7 +80,8 @@ def simulate_rank(
 
     >>> from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout
     >>> from loadkit.checkpoint import TensorInfo
-    >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in checkpoint_layout(LlamaLikeConfig())}
+    >>> layout = checkpoint_layout(LlamaLikeConfig())
+    >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in layout}
     >>> share = simulate_rank(header, 3, 4, llama_builder(header, Job()))
     >>> share.params["model.embed_tokens.weight"][0]   # 128 padded rows / 4 ranks
     (32, 32)

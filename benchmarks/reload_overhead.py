@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import torch
 
-from loadkit import reload as reload_mod
-from loadkit import reload_layer
 from loadkit.models.nemotron_h import NemotronHConfig, NemotronHForCausalLM, make_checkpoint
+from loadkit.reload import layer as reload_layer
+from loadkit.reload import layerwise as reload_mod
 
 CONFIG = NemotronHConfig(
     vocab_size=16384,

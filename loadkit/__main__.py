@@ -1,5 +1,5 @@
-"""``python -m loadkit``: the command line (see ``loadkit.cli``)."""
+"""``python -m loadkit``: the command line (see ``loadkit.inspection.cli``)."""
 
-from loadkit.cli import main
+from loadkit.inspection.cli import main
 
 raise SystemExit(main())

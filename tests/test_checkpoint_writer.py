@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from loadkit import open_checkpoint
-from loadkit.checkpoint_writer import safetensors_dtype, save_in_order, write_safetensors
+from loadkit.checkpoint.writer import safetensors_dtype, save_in_order, write_safetensors
 from loadkit.errors import LoadkitError
 
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from loadkit.cli import BUILTIN_NAMES, main, parse_inspect
+from loadkit.inspection.cli import BUILTIN_NAMES, main, parse_inspect
 from loadkit.models.registry import BUILTIN
 
 
@@ -377,4 +377,4 @@ def test_importtime_agrees(tmp_path):
     )
     assert res.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()}
-    assert "loadkit.inspector" in imported and "torch" not in imported
+    assert "loadkit.inspection.inspector" in imported and "torch" not in imported

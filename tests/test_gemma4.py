@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from loadkit import WeightsMapper, ledger_of, open_checkpoint
-from loadkit.checkpoint import TensorInfo
+from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.models import gemma4 as g4
 

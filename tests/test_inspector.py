@@ -9,7 +9,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper, composed_weight_loader, default_weight_loader
 from loadkit.errors import LoadkitError, MapperConfigError
-from loadkit.inspector import inspect_checkpoint, parse_mapper
+from loadkit.inspection.inspector import inspect_checkpoint, parse_mapper
 from loadkit.models.registry import ModelSpecError
 
 
@@ -524,7 +524,7 @@ def test_a_loader_that_fails_before_reading_anything_is_unusable(tmp_path):
 
 
 def test_a_live_model_is_copied_to_meta_without_its_data():
-    from loadkit.dry_load import meta_copy
+    from loadkit.inspection.simulate import meta_copy
 
     live = HandWritten()
     live.lm = nn.Linear(2, 2)

@@ -6,10 +6,10 @@ import os
 import pytest
 
 from loadkit import open_checkpoint
-from loadkit.inspector import inspect_checkpoint
+from loadkit.demo.stories import debug, tour
+from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.models import registry
 from loadkit.models.registry import BUILTIN, ModelSpecError, build_model
-from loadkit.stories import debug, tour
 
 
 @pytest.fixture
@@ -129,5 +129,5 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert journey.endswith("ledger      loaded -> model.layers.0.mixer.A")
     assert "ckpt: mtp -> dropped by mapper: 1" in tour.sankey_data(ledger)
     assert "packed_loader" in tour.loader_table(model)
-    report = inspect_checkpoint(path, model="loadkit.stories.tour:TinyHybrid")
+    report = inspect_checkpoint(path, model="loadkit.demo.stories.tour:TinyHybrid")
     assert report.clean and not report.probe["old"].hit and report.probe["new"].walked == 1

@@ -3,7 +3,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadkit.layout import build_layout, fmt_bytes, treemap_columns
+from loadkit.inspection.layout import build_layout, fmt_bytes, treemap_columns
 
 NAMES = [
     ("model.embed_tokens.weight", 64, "F32"),

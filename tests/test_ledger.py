@@ -9,7 +9,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper
 from loadkit.errors import UnknownNameError
-from loadkit.ledger import (
+from loadkit.loading.ledger import (
     DELEGATED,
     ENTRY_STATUSES,
     IGNORED,

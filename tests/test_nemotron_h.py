@@ -165,7 +165,7 @@ def shapes(model):
     ],
 )
 def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
-    from loadkit.checkpoint_writer import save_in_order
+    from loadkit.checkpoint.writer import save_in_order
 
     path = save_in_order(tmp_path / "m.safetensors", make_checkpoint(cfg))
     inferred = config_from_checkpoint(open_checkpoint(path).tensors)
@@ -187,7 +187,7 @@ def test_config_from_checkpoint_reproduces_every_shape(tmp_path, cfg):
 
 
 def test_config_from_checkpoint_errors_name_file_and_key(tmp_path):
-    from loadkit.checkpoint_writer import save_in_order
+    from loadkit.checkpoint.writer import save_in_order
 
     ck = make_checkpoint()
     no_embed = {k: v for k, v in ck.items() if "embeddings" not in k}

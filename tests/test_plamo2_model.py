@@ -328,7 +328,7 @@ def test_config_from_checkpoint_errors(tmp_path):
 
 
 def test_committed_data_is_fresh_and_loadable(tmp_path):
-    from loadkit.stories.plamo2 import DATA_DIR
+    from loadkit.demo.stories.plamo2 import DATA_DIR
 
     written = write_data_checkpoints(tmp_path)
     assert len(written) == 5

@@ -1,11 +1,11 @@
-"""The notebook's scenarios (loadkit.stories.plamo2) over the committed data/plamo2 checkpoints."""
+"""The notebook's scenarios (loadkit.demo.stories.plamo2) over data/plamo2's checkpoints."""
 
 import pytest
 import torch
 
+from loadkit.demo.stories import plamo2 as story
+from loadkit.demo.viz import figure_data
 from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM
-from loadkit.stories import plamo2 as story
-from loadkit.viz import figure_data
 
 FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
 

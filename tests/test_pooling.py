@@ -15,10 +15,10 @@ from loadkit import (
     as_pooling_model,
     open_checkpoint,
 )
-from loadkit.checkpoint_writer import save_in_order
+from loadkit.checkpoint.writer import save_in_order
 from loadkit.errors import LoadkitError, UnknownNameError, WeightLoadError
 from loadkit.models import gemma4 as g4
-from loadkit.probe import probe_verdict
+from loadkit.pooling.probe import probe_verdict
 
 G4 = g4.Gemma4ForConditionalGeneration
 BEHAVIOURS = ("old", "new")

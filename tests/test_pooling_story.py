@@ -2,10 +2,10 @@
 
 import pytest
 
+from loadkit.demo.scenario import outcome_table
+from loadkit.demo.stories import pooling_probe as pp
+from loadkit.demo.viz import behaviour_toggle, figure_data
 from loadkit.models import gemma4 as g4
-from loadkit.scenario import outcome_table
-from loadkit.stories import pooling_probe as pp
-from loadkit.viz import behaviour_toggle, figure_data
 
 N_KEYS = 73
 

@@ -1,7 +1,7 @@
 import pytest
 
 from loadkit import WeightsMapper
-from loadkit.probe import lookup_name, match_prefix, probe_verdict
+from loadkit.pooling.probe import lookup_name, match_prefix, probe_verdict
 
 PARAMS = {"language_model.model.embed.weight", "language_model.model.layer0.weight"}
 GEMMA = WeightsMapper(orig_to_new_prefix={"model.language_model.": "language_model.model."})

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadkit import composed_weight_loader, default_weight_loader, get_numel_loaded
-from loadkit.reload import (
+from loadkit.reload.layerwise import (
     ExcessiveLoadWarning,
     PartialLayerWarning,
     ReloadStateError,

@@ -1,8 +1,8 @@
 import pytest
 
+from loadkit.demo.stories import reload as story
+from loadkit.demo.viz import figure_data
 from loadkit.models.nemotron_h import ORDERS
-from loadkit.stories import reload as story
-from loadkit.viz import figure_data
 
 MIXERS = ["layers.0.mixer", "layers.1.mixer", "layers.4.mixer", "layers.6.mixer"]
 

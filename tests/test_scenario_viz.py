@@ -1,5 +1,5 @@
-from loadkit.scenario import Record, outcome_table, run_behaviours
-from loadkit.viz import behaviour_toggle, figure, figure_data
+from loadkit.demo.scenario import Record, outcome_table, run_behaviours
+from loadkit.demo.viz import behaviour_toggle, figure, figure_data
 
 
 def scenario(behaviour, n=3):

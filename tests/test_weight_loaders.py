@@ -3,7 +3,7 @@ import torch
 
 from loadkit import composed_weight_loader, default_weight_loader
 from loadkit.errors import LoadkitError, ShapeMismatchError
-from loadkit.weight_loaders import loader_of
+from loadkit.loading.weight_loaders import loader_of
 
 
 def test_default_copies_into_param_data():
@@ -76,7 +76,7 @@ def test_every_loader_names_param_first():
 
 def test_load_param_names_parameter_key_and_shapes():
     from loadkit.errors import WeightLoadError
-    from loadkit.weight_loaders import load_param, weight_source
+    from loadkit.loading.weight_loaders import load_param, weight_source
 
     p = torch.nn.Parameter(torch.zeros(2, 3))
     w = torch.ones(3, 2)

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
-from loadkit.checkpoint import DTYPES, TensorInfo
-from loadkit.checkpoint_writer import write_safetensors
+from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
+from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import ShardId, WeightsMapper
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

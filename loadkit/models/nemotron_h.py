@@ -27,14 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
-from loadkit.checkpoint_writer import save_in_order
+from loadkit.checkpoint.writer import save_in_order
 from loadkit.errors import CheckpointError, ShapeMismatchError
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
 from loadkit.mapper import WeightsMapper
-from loadkit.weight_loaders import composed_weight_loader, default_weight_loader
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint import TensorInfo
+    from loadkit.checkpoint.reader import TensorInfo
 
 # Checkpoint orders of a mamba mixer's per-head parameters. "d-last" is upstream's (and a
 # trainer's parameter order in RL); "shuffled" shuffles every layer's keys with its own seed.
@@ -425,7 +425,7 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> NemotronHConfig
 
 
 def _torch_dtype_name(info: TensorInfo) -> str:
-    from loadkit.checkpoint import DTYPES
+    from loadkit.checkpoint.reader import DTYPES
 
     return DTYPES[info.dtype][0]
 

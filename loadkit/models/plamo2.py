@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.errors import (
     CheckpointError,
     LoadkitError,
     ShapeMismatchError,
     UnknownNameError,
 )
-from loadkit.ledger import LOADED, SKIPPED, LoadLedger, remember
-from loadkit.weight_loaders import (
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.ledger import LOADED, SKIPPED, LoadLedger, remember
+from loadkit.loading.weight_loaders import (
     composed_weight_loader,
     default_weight_loader,
     load_param,
@@ -45,7 +45,7 @@ from loadkit.weight_loaders import (
 )
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint import TensorInfo
+    from loadkit.checkpoint.reader import TensorInfo
 
 Behaviour = Literal["old", "new", "moved-verbatim", "loose-match"]
 BEHAVIOURS: tuple[str, ...] = ("old", "new", "moved-verbatim", "loose-match")

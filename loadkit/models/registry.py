@@ -21,7 +21,7 @@ from loadkit.errors import LoadkitError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint import TensorInfo
+    from loadkit.checkpoint.reader import TensorInfo
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
@@ -172,7 +172,7 @@ def build_model(
         from torch import nn
 
         if isinstance(spec, nn.Module):
-            from loadkit.dry_load import meta_copy
+            from loadkit.inspection.simulate import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec):

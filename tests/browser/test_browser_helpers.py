@@ -9,7 +9,7 @@ from lab_server import REPO, lab_argv, make_lab_command
 from toggle_check import click_order, describe_difference, expected_traces, title_shows
 from toy_story import main_records
 
-from loadkit.viz import behaviour_toggle, figure, figure_data
+from loadkit.demo.viz import behaviour_toggle, figure, figure_data
 
 
 def test_lab_command_is_the_makefiles():

@@ -20,13 +20,13 @@ from toggle_check import assert_toggle_drives_chart
 from toy_story import main_records as toy_records
 from toy_story import write_toy_notebook
 
-from loadkit.scenario import Record
+from loadkit.demo.scenario import Record
 
 # notebook -> the story module whose main_records() its main toggle swaps between.
 BUG_NOTEBOOKS = {
-    "01_pooling_probe.ipynb": "loadkit.stories.pooling_probe",
-    "02_plamo2_autoweightsloader.ipynb": "loadkit.stories.plamo2",
-    "03_layerwise_reload.ipynb": "loadkit.stories.reload",
+    "01_pooling_probe.ipynb": "loadkit.demo.stories.pooling_probe",
+    "02_plamo2_autoweightsloader.ipynb": "loadkit.demo.stories.plamo2",
+    "03_layerwise_reload.ipynb": "loadkit.demo.stories.reload",
 }
 
 

@@ -1,7 +1,7 @@
 """What the chart must show for each behaviour, and the check that the page shows it.
 
 The expectation is computed by the library, from the story's records, with the same
-``loadkit.viz.figure`` the notebook calls: the page must draw exactly those traces.
+``loadkit.demo.viz.figure`` the notebook calls: the page must draw exactly those traces.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from lab_page import NotebookPage
 
-from loadkit.scenario import Record
-from loadkit.viz import figure
+from loadkit.demo.scenario import Record
+from loadkit.demo.viz import figure
 
 
 def _plain(value: Any) -> Any:
@@ -37,7 +37,7 @@ def _trace(t: dict[str, Any]) -> dict[str, Any]:
 
 
 def expected_traces(record: Record) -> list[dict[str, Any]]:
-    """The traces ``loadkit.viz`` draws for ``record`` (computed without any widget)."""
+    """The traces ``loadkit.demo.viz`` draws for ``record`` (computed without any widget)."""
     fig = figure(record, widget=False)
     return [
         _trace(
@@ -58,7 +58,7 @@ def page_traces(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def title_shows(title: str, behaviour: str) -> bool:
-    """``loadkit.viz`` titles a chart ``"<title> [<behaviour>]"``, or just the behaviour."""
+    """``loadkit.demo.viz`` titles a chart ``"<title> [<behaviour>]"``, or just the behaviour."""
     return title == behaviour or title.endswith(f" [{behaviour}]")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from loadkit.scenario import Record, run_behaviours
+from loadkit.demo.scenario import Record, run_behaviours
 
 SIZES = {"A": 6, "dt_bias": 6, "D": 6}
 
@@ -54,8 +54,8 @@ CELLS = [
     (
         "code",
         "from toy_story import main_records\n"
-        "from loadkit.scenario import outcome_table\n"
-        "from loadkit.viz import behaviour_toggle, figure, figure_data\n"
+        "from loadkit.demo.scenario import outcome_table\n"
+        "from loadkit.demo.viz import behaviour_toggle, figure, figure_data\n"
         "\n"
         "records = main_records()\n"
         "print(outcome_table(records))",

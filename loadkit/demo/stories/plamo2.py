@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
-from loadkit.auto_loader import AutoWeightsLoader
-from loadkit.checkpoint import open_checkpoint
+from loadkit.checkpoint.reader import open_checkpoint
+from loadkit.demo.scenario import Record, Series, run_behaviours
+from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import CheckpointError
-from loadkit.ledger import LoadLedger, ledger_of
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.models.plamo2 import (
     BEHAVIOURS,
     DATA_FILES,
@@ -32,9 +34,7 @@ from loadkit.models.plamo2 import (
     config_from_checkpoint,
     rms_norm,
 )
-from loadkit.scenario import Record, Series, run_behaviours
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 DEVIATION = "max |loaded - correct|"
 Weights = list[tuple[str, torch.Tensor]]
 
@@ -546,7 +546,7 @@ def in_proj_figure(config: Plamo2Config) -> Any:
 
 
 def main_figure(records: Mapping[str, Record], start: str = "old") -> Any:
-    from loadkit.viz import figure
+    from loadkit.demo.viz import figure
 
     return figure(
         records[start],
@@ -564,7 +564,7 @@ def controls(fig: Any, records_by_tie: Mapping[bool, Mapping[str, Record]]) -> t
     """
     import ipywidgets as widgets
 
-    from loadkit.viz import behaviour_toggle, show_record
+    from loadkit.demo.viz import behaviour_toggle, show_record
 
     current = dict(records_by_tie[False])
     toggle = behaviour_toggle(current, fig)

@@ -13,25 +13,25 @@ import functools
 import inspect
 import warnings
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from loadkit.checkpoint import open_checkpoint
-from loadkit.counting import CopyCounter, get_numel_loaded
-from loadkit.ledger import ledger_of
+from loadkit.checkpoint.reader import open_checkpoint
+from loadkit.demo.scenario import Record, Series
+from loadkit.demo.stories import DATA_DIR
+from loadkit.loading.counting import CopyCounter, get_numel_loaded
+from loadkit.loading.ledger import ledger_of
 from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
-from loadkit.reload import (
+from loadkit.reload.layerwise import (
     ReloadStep,
     finalize_layerwise_reload,
     initialize_layerwise_reload,
     record_metadata_for_reloading,
     reload_log,
 )
-from loadkit.scenario import Record, Series
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "nemotron_h"
+DATA = DATA_DIR / "nemotron_h"
 PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8])
 MIXERS = "mamba mixers"
 ORDER_LABELS = {
@@ -388,7 +388,7 @@ class Explorer:
 
     def state(self) -> str:
         """Everything the widgets show, as text (what nbval compares)."""
-        from loadkit.viz import figure_data
+        from loadkit.demo.viz import figure_data
 
         return "\n".join(
             [figure_data(self.counter), figure_data(self.logits), grid_data(self.grid)]
@@ -399,7 +399,7 @@ def explorer() -> Explorer:
     """Build the widgets; they start on ``main_records()`` (old, d-last, mamba mixers)."""
     import ipywidgets as widgets
 
-    from loadkit.viz import behaviour_toggle, figure, show_record
+    from loadkit.demo.viz import behaviour_toggle, figure, show_record
 
     recs = main_records()
     counter = figure(

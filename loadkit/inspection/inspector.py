@@ -6,8 +6,8 @@ The report has sections, each present only when its inputs are:
 - ``mapper``: which ``WeightsMapper`` rule fired for which key, and which keys it drops;
 - ``model``, ``probe`` and ``load``: with a model, built on the meta device. ``probe`` is the
   pooling adapter's prefix probe under ``"old"`` and ``"new"``; ``load`` is a simulated load
-  (``loadkit.dry_load``): every key's fate, missing and unexpected names with the nearest names,
-  shape mismatches and dtype casts.
+  (``loadkit.inspection.simulate``): every key's fate, missing and unexpected names with the
+  nearest names, shape mismatches and dtype casts.
 
 This module does not import torch: without a model the whole report is built from headers, and
 torch (over a second to import) is only paid for when a model is asked for.
@@ -21,16 +21,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.checkpoint import Checkpoint, TensorInfo, open_checkpoint
+from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from loadkit.errors import MapperConfigError
-from loadkit.layout import LayoutNode, build_layout
+from loadkit.inspection.layout import LayoutNode, build_layout
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.load_report import LoadReport, ModelSummary
+    from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
-    from loadkit.probe import ProbeVerdict
+    from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
@@ -221,7 +221,7 @@ class InspectReport:
 
     def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
         """The report as text: the sections in order, each list capped at ``limit`` rows."""
-        from loadkit.report_text import render_report
+        from loadkit.inspection.render import render_report
 
         return render_report(self, limit=limit, max_depth=max_depth)
 
@@ -355,10 +355,10 @@ def inspect_checkpoint(
     # Only now does torch come in (the registry imports it when it builds the model).
     from loadkit.mapper import WeightsMapper
     from loadkit.models.registry import build_model
-    from loadkit.probe import probe_verdict
+    from loadkit.pooling.probe import probe_verdict
 
     module, spec = build_model(model, ck.tensors)
-    from loadkit.dry_load import dry_load, model_summary
+    from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's

@@ -30,9 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
-from loadkit.checkpoint import DTYPES, TensorInfo
-from loadkit.counting import EagerDispatchMode
+from loadkit.checkpoint.reader import DTYPES, TensorInfo
 from loadkit.errors import (
     LoadkitError,
     NestedWeightError,
@@ -40,8 +38,7 @@ from loadkit.errors import (
     UnknownNameError,
     nearest_names,
 )
-from loadkit.ledger import LoadLedger, ledger_of, model_tensors
-from loadkit.load_report import (
+from loadkit.inspection.records import (
     DELEGATED,
     DROPPED,
     IGNORED,
@@ -59,9 +56,12 @@ from loadkit.load_report import (
     ShapeMismatch,
     Unexpected,
 )
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.counting import EagerDispatchMode
+from loadkit.loading.ledger import LoadLedger, ledger_of, model_tensors
+from loadkit.loading.meta import to_meta
+from loadkit.loading.weight_loaders import default_weight_loader
 from loadkit.mapper import WeightsMapper
-from loadkit.meta import to_meta
-from loadkit.weight_loaders import default_weight_loader
 
 MAX_RUNS = 256  # passes; each failing name (or unknown module) costs one
 MAX_SUGGESTED = 100  # nearest-name searches per list (each is a scan of every name)

@@ -19,7 +19,7 @@ from loadkit.errors import (
     NestedWeightError,
     UnknownNameError,
 )
-from loadkit.ledger import (
+from loadkit.loading.ledger import (
     DELEGATED,
     IGNORED,
     LOADED,
@@ -29,8 +29,8 @@ from loadkit.ledger import (
     LoadLedger,
     remember,
 )
+from loadkit.loading.weight_loaders import load_param, weight_source
 from loadkit.mapper import WeightsMapper
-from loadkit.weight_loaders import load_param, weight_source
 
 ROTARY_EMBEDS_UNUSED_WEIGHTS = (
     "rotary_pos_emb.inv_freq",

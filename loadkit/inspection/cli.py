@@ -127,7 +127,7 @@ def _fail(message: str, as_json: bool) -> int:
 
 def inspect_command(args: InspectArgs) -> int:
     from loadkit.errors import LoadkitError
-    from loadkit.inspector import inspect_checkpoint
+    from loadkit.inspection.inspector import inspect_checkpoint
 
     try:
         report = inspect_checkpoint(

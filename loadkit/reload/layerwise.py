@@ -10,7 +10,7 @@ hold raw pointers into it). The lifecycle:
    to 0, its total to the numel of its direct parameters, and every parameter's loader is wrapped.
 3. The model's own load path runs (``model.load_weights(weights)``). Each wrapped call is counted
    with ``get_numel_loaded`` and buffered; when a layer's count reaches its total the layer is
-   finalised at once (``loadkit.reload_layer``). A load for a finalised layer is dropped with an
+   finalised at once (``loadkit.reload.layer``). A load for a finalised layer is dropped with an
    ``ExcessiveLoadWarning``.
 4. ``finalize_layerwise_reload(model)`` finalises what is still open and restores the loaders.
    Call it in a ``finally``: if the load raises, it is what puts the live parameters back.
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from loadkit.counting import Behaviour, get_numel_loaded
 from loadkit.errors import LoadkitError
-from loadkit.meta import to_meta
-from loadkit.reload_layer import LayerReload, ScratchArena
-from loadkit.weight_loaders import WeightLoader, loader_of
+from loadkit.loading.counting import Behaviour, get_numel_loaded
+from loadkit.loading.meta import to_meta
+from loadkit.loading.weight_loaders import WeightLoader, loader_of
+from loadkit.reload.layer import LayerReload, ScratchArena
 
 __all__ = [
     "ExcessiveLoadWarning",

@@ -4,7 +4,8 @@ The pooling adapter must know whether a checkpoint was saved from ``*ForCausalLM
 with ``model.``) or from ``*Model`` (no prefix). It walks the stream until one name, with a
 candidate prefix, is a parameter of the model. Everything walked before that is cloned and held,
 so how soon the probe hits decides how much memory it costs. This module holds the decision; the
-adapter that walks real tensors (``loadkit.pooling``) and the header-only inspector both use it.
+adapter that walks real tensors (``loadkit.pooling.adapter``) and the header-only inspector
+both use it.
 """
 
 from __future__ import annotations

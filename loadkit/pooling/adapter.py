@@ -9,8 +9,8 @@ Weights walked before the hit must be held, and held as clones, because a stream
 may hand out views into one reused buffer. So the probe's cost is the bytes it walks: with
 ``"old"`` and a checkpoint whose names only match after the model's ``hf_to_vllm_mapper``
 (Gemma4), it never hits and clones the whole checkpoint. ``"new"`` looks names up through the
-mapper and stops at the first key. The decision over names is ``loadkit.probe``'s, shared with
-the header-only inspector so the two cannot disagree.
+mapper and stops at the first key. The decision over names is ``loadkit.pooling.probe``'s,
+shared with the header-only inspector so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import torch
 
-from loadkit.auto_loader import AutoWeightsLoader
 from loadkit.errors import LoadkitError
-from loadkit.probe import Behaviour, ProbeVerdict, lookup_name, match_prefix
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.pooling.probe import Behaviour, ProbeVerdict, lookup_name, match_prefix
 
 Forward = Literal["original", "mapped"]
 _GENERATE_SUFFIXES = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel", "ChatModel")
@@ -54,7 +54,7 @@ class ProbeRecord:
         return self.prefix is not None
 
     def verdict(self) -> ProbeVerdict:
-        """The same facts as ``loadkit.probe.probe_verdict`` reports from names and sizes."""
+        """The same facts that ``loadkit.pooling.probe.probe_verdict`` reports from the header."""
         return ProbeVerdict(
             self.behaviour,
             self.prefix,

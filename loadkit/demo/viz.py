@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadkit.scenario import Record, Series
+from loadkit.demo.scenario import Record, Series
 
 
 def _trace(name: str, s: Series) -> Any:

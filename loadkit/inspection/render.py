@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from loadkit.layout import fmt_bytes
+from loadkit.inspection.layout import fmt_bytes
 
 if TYPE_CHECKING:
-    from loadkit.inspector import InspectReport, LoadReport
-    from loadkit.probe import ProbeVerdict
+    from loadkit.inspection.inspector import InspectReport, LoadReport
+    from loadkit.pooling.probe import ProbeVerdict
 
 
 def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> list[str]:

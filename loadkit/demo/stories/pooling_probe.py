@@ -2,8 +2,8 @@
 
 Every scenario loads for real: the committed Gemma4-like checkpoint read through
 ``open_checkpoint(...).weights(reuse_buffer=True)`` (a streaming, buffer-reusing iterator),
-the adapter of ``loadkit.pooling``, clones counted by ``CloneCounter``. The full-scale scenario
-runs the same adapter over meta tensors, so its GiB are counted, never allocated.
+the adapter of ``loadkit.pooling.adapter``, clones counted by ``CloneCounter``. The full-scale
+scenario runs the same adapter over meta tensors, so its GiB are counted, never allocated.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from loadkit.checkpoint import open_checkpoint
-from loadkit.counting import CloneCounter
+from loadkit.checkpoint.reader import open_checkpoint
+from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.errors import LoadkitError
+from loadkit.loading.counting import CloneCounter
 from loadkit.models import gemma4 as g4
-from loadkit.pooling import ProbeRecord, as_pooling_model
-from loadkit.probe import probe_verdict
-from loadkit.scenario import Record, Series, run_behaviours
+from loadkit.pooling.adapter import ProbeRecord, as_pooling_model
+from loadkit.pooling.probe import probe_verdict
 
 GiB = 2**30
 MODEL = g4.Gemma4ForConditionalGeneration
@@ -173,7 +173,7 @@ def main_records() -> dict[str, Record]:
 
 
 def main_figure(records: dict[str, Record], start: str = "old") -> Any:
-    from loadkit.viz import figure
+    from loadkit.demo.viz import figure
 
     return figure(
         records[start],
@@ -284,7 +284,7 @@ def clone_protection_records() -> dict[str, Record]:
 
 
 def clone_figure(records: dict[str, Record], start: str = "clone off") -> Any:
-    from loadkit.viz import figure
+    from loadkit.demo.viz import figure
 
     return figure(
         records[start],
@@ -346,7 +346,7 @@ def full_scale_chart(records: dict[str, Record], label: str) -> Record:
 
 def full_scale_figure(records: dict[str, Record] | None = None, num_hidden_layers: int = 35) -> Any:
     """The full-scale chart; pass ``records`` already computed to skip recomputing them."""
-    from loadkit.viz import figure
+    from loadkit.demo.viz import figure
 
     records = records or full_scale_records(num_hidden_layers)
     return figure(
@@ -366,7 +366,7 @@ def layers_slider(fig: Any, *, value: int = 35) -> Any:
     """An IntSlider over the text layers of the full-scale layout; it redraws ``fig``."""
     import ipywidgets as widgets
 
-    from loadkit.viz import show_record
+    from loadkit.demo.viz import show_record
 
     slider = widgets.IntSlider(
         value=value, min=1, max=35, description="text layers", continuous_update=False

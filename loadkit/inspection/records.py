@@ -1,7 +1,7 @@
 """The load section of an inspect report: each checkpoint key's fate, and what went wrong.
 
-Filled in by ``loadkit.dry_load`` (which needs torch); these plain records do not, so a report
-can be rendered and serialised anywhere. Imported only when a model is inspected.
+Filled in by ``loadkit.inspection.simulate`` (which needs torch); these plain records do not, so
+a report can be rendered and serialised anywhere. Imported only when a model is inspected.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from loadkit.meta import to_meta
-from loadkit.weight_loaders import WeightLoader, loader_of
+from loadkit.loading.meta import to_meta
+from loadkit.loading.weight_loaders import WeightLoader, loader_of
 
 _MISSING = object()  # a live parameter that had no weight_loader attribute of its own
 

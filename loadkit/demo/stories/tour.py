@@ -17,17 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.auto_loader import AutoWeightsLoader
-from loadkit.checkpoint import Checkpoint
-from loadkit.counting import CopyCounter
-from loadkit.layout import LayoutNode, build_layout
-from loadkit.ledger import LoadLedger, ledger_of
+from loadkit.checkpoint.reader import Checkpoint
+from loadkit.demo.stories import DATA_DIR
+from loadkit.inspection.layout import LayoutNode, build_layout
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.counting import CopyCounter
+from loadkit.loading.ledger import LoadLedger, ledger_of
+from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
 from loadkit.mapper import WeightsMapper
 from loadkit.models.nemotron_h import NemotronHForCausalLM
-from loadkit.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
-CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "big" / "tour" / "tiny.safetensors"
+CHECKPOINT = DATA_DIR / "big" / "tour" / "tiny.safetensors"
 
 
 def packed_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
@@ -163,7 +164,7 @@ def walk_picture(mapper: WeightsMapper, names: list[str]) -> str:
 
 def load(path: str | os.PathLike[str]) -> tuple[TinyHybrid, LoadLedger, int]:
     """Load the checkpoint into a fresh model: (model, its ledger, copies counted)."""
-    from loadkit.checkpoint import open_checkpoint
+    from loadkit.checkpoint.reader import open_checkpoint
 
     model = TinyHybrid()
     with CopyCounter() as copies:

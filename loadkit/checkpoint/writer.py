@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadkit.checkpoint import DTYPES
+from loadkit.checkpoint.reader import DTYPES
 from loadkit.errors import LoadkitError
 
 if TYPE_CHECKING:

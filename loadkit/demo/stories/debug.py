@@ -1,8 +1,8 @@
 """What notebook 04 (debug your checkpoint) calls: choices, the treemap, tables, the panel.
 
-Everything here renders an ``InspectReport`` (``loadkit.inspector``); the notebook only wires a
-path box and a model picker to it. Paths are shown relative to the working directory, so the
-notebook prints the same text in every checkout.
+Everything here renders an ``InspectReport`` (``loadkit.inspection.inspector``); the notebook
+only wires a path box and a model picker to it. Paths are shown relative to the working
+directory, so the notebook prints the same text in every checkout.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadkit.inspector import InspectReport, inspect_checkpoint
-from loadkit.layout import fmt_bytes, treemap_columns
+from loadkit.demo.stories import DATA_DIR
+from loadkit.inspection.inspector import InspectReport, inspect_checkpoint
+from loadkit.inspection.layout import fmt_bytes, treemap_columns
 from loadkit.models.registry import BUILTIN
 
-DATA = Path(__file__).resolve().parents[2] / "data"
+DATA = DATA_DIR
 HEADER_ONLY = "(header only)"
 # Preferred first: the pooling-probe checkpoint shows the old/new verdicts side by side.
 PREFERRED = ("gemma4_like", "plamo2/untied.safetensors", "nemotron_h")
@@ -230,7 +231,7 @@ def broken_copy(
     import torch
     from safetensors.torch import save_file
 
-    from loadkit.checkpoint import open_checkpoint
+    from loadkit.checkpoint.reader import open_checkpoint
 
     rename, reshape = rename or {}, reshape or {}
     out = {}

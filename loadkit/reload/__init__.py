@@ -1,0 +1,27 @@
+"""Layerwise reload (vLLM's online weight reload), with capped or uncapped copy counting.
+
+``layerwise`` records metadata, opens a reload and finalises what is left; ``layer`` finalises
+one layer (materialise, replay, copy back).
+"""
+
+from loadkit.reload.layerwise import (
+    ExcessiveLoadWarning,
+    PartialLayerWarning,
+    ReloadStep,
+    UnloadedLayerWarning,
+    finalize_layerwise_reload,
+    initialize_layerwise_reload,
+    record_metadata_for_reloading,
+    reload_log,
+)
+
+__all__ = [
+    "ExcessiveLoadWarning",
+    "PartialLayerWarning",
+    "ReloadStep",
+    "UnloadedLayerWarning",
+    "finalize_layerwise_reload",
+    "initialize_layerwise_reload",
+    "record_metadata_for_reloading",
+    "reload_log",
+]

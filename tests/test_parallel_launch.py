@@ -198,7 +198,7 @@ def test_an_exception_in_one_rank_is_reported_with_its_key(checkpoint):
 def test_a_checkpoint_missing_a_shard_on_one_rank(checkpoint, tmp_path):
     # Two shards with an index; rank 1's copy lost its second shard.
     from loadkit import open_checkpoint
-    from loadkit.checkpoint_writer import save_in_order
+    from loadkit.checkpoint.writer import save_in_order
 
     full = dict(open_checkpoint(checkpoint).weights())
     names = list(full)

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper
-from loadkit.checkpoint import DTYPES, TensorInfo
-from loadkit.checkpoint_writer import write_safetensors
+from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.parallel.linear import (
     MergedColumnParallelLinear,

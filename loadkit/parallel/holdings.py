@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from loadkit.counting import EagerDispatchMode
-from loadkit.weight_loaders import default_weight_loader
+from loadkit.loading.counting import EagerDispatchMode
+from loadkit.loading.weight_loaders import default_weight_loader
 
 _COPY = torch.ops.aten.copy_.default
 _FILL = torch.ops.aten.fill_.Scalar

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from loadkit import open_checkpoint
-from loadkit.checkpoint import DTYPES, TensorInfo
+from loadkit.checkpoint.reader import DTYPES, TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
 from loadkit.parallel.results import Job

@@ -437,6 +437,7 @@ def test_json_round_trip_has_every_section(tmp_path):
         "model",
         "probe",
         "load",
+        "tensor_parallel",
         "clean",
         "exit_status",
     }

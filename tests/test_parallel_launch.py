@@ -42,16 +42,7 @@ def runs(checkpoint):
 
 def held_rows(run, rank: int, key: str):
     """The checkpoint rows (or columns, for row-parallel weights) ``key`` gave rank ``rank``."""
-    spans = []
-    for rec in run.ranks[rank].records:
-        if rec.key == key:
-            full_width = rec.ckpt_cols is None or rec.ckpt_cols == (0, shape(key)[1])
-            spans.append(rec.ckpt_rows if full_width else rec.ckpt_cols)
-    return spans
-
-
-def shape(key: str):
-    return dict(checkpoint_layout(LlamaLikeConfig()))[key]
+    return [rec.held[1] for rec in run.ranks[rank].records if rec.key == key]
 
 
 L0 = "model.layers.0."

@@ -178,11 +178,10 @@ def test_sizes_that_do_not_split_name_what_and_tp():
         build(MergedColumnParallelLinear, 0, 4, 3, [6, 6], prefix="mlp")
 
 
-def test_layers_and_loaders_need_a_group():
-    with pytest.raises(TensorParallelError, match="no tensor-parallel group"):
-        ColumnParallelLinear(4, 4)
+def test_outside_a_group_one_rank_and_loaders_check_the_group_size():
+    assert ColumnParallelLinear(4, 6).weight.shape == (6, 4)  # no group: a single rank
     layer = build(ColumnParallelLinear, 0, 2, 4, 6)
-    with pytest.raises(TensorParallelError, match="no tensor-parallel group"):
+    with pytest.raises(TensorParallelError, match="built for 2 ranks but is loaded in a group of"):
         layer.weight.weight_loader(layer.weight, rows_of(6, 4))
     with pytest.raises(TensorParallelError, match="built for 2 ranks but is loaded in a group of"):
         load(layer, layer.weight, rows_of(6, 4), rank=0, tp=4)

@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
-BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h"  # loadkit.models.registry.BUILTIN (tested)
+# loadkit.models.registry.BUILTIN (tested)
+BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h, llama-like"
 
-USAGE = "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]"
+USAGE = (
+    "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--tp N] [--json]"
+)
 MAIN_HELP = f"""{USAGE}
 
 See where a checkpoint's names meet a model's names, before loading.
@@ -47,6 +50,9 @@ options:
                   '{{"orig_to_new_prefix": {{"model.": ""}}}}'; replaces the model's
                   hf_to_vllm_mapper
   --json          print the report as one JSON document
+  --tp N          also simulate N tensor-parallel ranks (meta device): what each rank
+                  would hold (rows of each checkpoint key) and what cannot work (heads or
+                  intermediate size not divisible, kv heads replicated, vocabulary padding)
   --limit N       rows per list in the text report (default 20)
   -h, --help      show this help and exit
 
@@ -70,6 +76,7 @@ class InspectArgs(NamedTuple):
     mapper: str | None = None
     json: bool = False
     limit: int = 20
+    tp: int | None = None
 
 
 def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
@@ -93,7 +100,7 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
             continue
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
-            if name not in ("model", "mapper", "limit"):
+            if name not in ("model", "mapper", "limit", "tp"):
                 raise UsageError(f"unrecognized argument: {arg}")
             if not eq:
                 if i >= len(args):
@@ -113,8 +120,20 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
         limit = int(values.get("limit", "20"))
     except ValueError:
         raise UsageError(f"argument --limit: invalid int value: {values['limit']!r}") from None
+    tp = None
+    if "tp" in values:
+        try:
+            tp = int(values["tp"])
+        except ValueError:
+            raise UsageError(f"argument --tp: invalid int value: {values['tp']!r}") from None
+        if tp < 1:
+            raise UsageError(f"argument --tp: must be at least 1, not {tp}")
+        if values.get("model") is None:
+            raise UsageError(
+                "argument --tp: needs --model (what a rank holds depends on its layers)"
+            )
     return InspectArgs(
-        positional[0], values.get("model"), values.get("mapper"), as_json, max(limit, 1)
+        positional[0], values.get("model"), values.get("mapper"), as_json, max(limit, 1), tp
     )
 
 
@@ -131,7 +150,11 @@ def inspect_command(args: InspectArgs) -> int:
 
     try:
         report = inspect_checkpoint(
-            args.checkpoint, model=args.model, mapper=args.mapper, mapper_label="--mapper"
+            args.checkpoint,
+            model=args.model,
+            mapper=args.mapper,
+            mapper_label="--mapper",
+            tp=args.tp,
         )
     except LoadkitError as exc:
         return _fail(str(exc), args.json)

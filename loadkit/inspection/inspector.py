@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
-from loadkit.errors import MapperConfigError
+from loadkit.errors import LoadkitError, MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
+    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
@@ -163,12 +164,14 @@ class InspectReport:
         model: ModelSummary | None = None,
         probe: dict[str, ProbeVerdict] | None = None,
         load: LoadReport | None = None,
+        tensor_parallel: TPReport | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
         self.model = model
         self.probe = probe
         self.load = load
+        self.tensor_parallel = tensor_parallel
         self._layouts: dict[bool, LayoutNode] = {}
 
     def __repr__(self) -> str:
@@ -198,8 +201,10 @@ class InspectReport:
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers are valid); 1: it would not."""
-        return 1 if self.clean is False else 0
+        """0: loads cleanly (or no model to load into: the headers are valid); 1: it would not,
+        or (with ``tp``) the ranks could not hold it."""
+        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
+        return 1 if self.clean is False or tp_fails else 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -210,6 +215,7 @@ class InspectReport:
             "model": self.model.as_dict() if self.model else None,
             "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
+            "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
         }
@@ -333,6 +339,7 @@ def inspect_checkpoint(
     model: str | nn.Module | Callable[..., nn.Module] | None = None,
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
     mapper_label: str = "given mapper",
+    tp: int | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
@@ -341,13 +348,17 @@ def inspect_checkpoint(
     checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the caller's is
     left alone). ``mapper`` replaces the mapper the model loads with (the one its root
     ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
-    reads). Bad input raises a ``loadkit.errors.LoadkitError``.
+    reads). ``tp``: also simulate each of ``tp`` tensor-parallel ranks on the meta device and
+    report what each would hold and what cannot work (``report.tensor_parallel``). Bad input
+    raises a ``loadkit.errors.LoadkitError``.
     """
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
     report = InspectReport(summarize_checkpoint(ck))
     user_mapper = None if mapper is None else parse_mapper(mapper)
     if model is None:
+        if tp is not None:
+            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
         if user_mapper is not None:
             report.mapper = mapper_report(user_mapper, [t.name for t in infos], mapper_label)
         return report
@@ -394,4 +405,16 @@ def inspect_checkpoint(
         report.mapper = mapper_report(used, names, source)
     elif own_mapper is not None:
         report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper")
+    if tp is not None:
+        from torch import nn as _nn
+
+        from loadkit.parallel.plan import tp_report
+
+        if isinstance(model, _nn.Module):
+            raise LoadkitError(
+                "tp needs a model name, spec or callable: a built module cannot be rebuilt "
+                "for each rank's share"
+            )
+        build = lambda: build_model(model, ck.tensors)[0]  # noqa: E731 (rebuilt for each rank)
+        report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report

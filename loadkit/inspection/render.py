@@ -179,12 +179,17 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         lines += [f"  {b:<4} {_verdict(v)}" for b, v in r.probe.items()]
     if r.load is not None and r.model is not None:
         lines += ["", *_load(r.load, r.model.cls, limit)]
+    tp = r.tensor_parallel
+    if tp is not None:
+        lines += ["", *tp.render(limit)]
     lines.append("")
+    tp_problems = tp.problems() if tp is not None else []
     if r.clean is None:
         lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
-    elif r.clean:
-        lines.append("verdict: would load cleanly (exit 0)")
+    elif r.clean and not tp_problems:
+        where = f" on each of {tp.tp} ranks" if tp is not None else ""
+        lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
-        assert r.load is not None
-        lines.append(f"verdict: would NOT load: {'; '.join(r.load.problems())} (exit 1)")
+        problems = (r.load.problems() if r.load is not None and not r.clean else []) + tp_problems
+        lines.append(f"verdict: would NOT load: {'; '.join(problems)} (exit 1)")
     return "\n".join(lines)

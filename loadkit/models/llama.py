@@ -47,6 +47,9 @@ from loadkit.parallel.vocab import (
 )
 
 Behaviour = Literal["old", "new"]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR_NAME = "llama_like"
+DATA_CHECKPOINT = REPO_ROOT / "data" / DATA_DIR_NAME / "model.safetensors"
 _ST_DTYPE = {torch_name: st for st, (torch_name, _) in DTYPES.items()}
 
 # Upstream's LlamaModel.hf_to_vllm_mapper (vLLM 0.28.0): q/k/v and gate/up land in packed
@@ -256,6 +259,12 @@ def write_checkpoint(
         metadata={"loadkit": "llama-like"},
         progress=progress,
     )
+
+
+def write_data_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """The tiny checkpoint committed in ``data/llama_like/`` (default config, seed 0)."""
+    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    return [write_checkpoint(path, LlamaLikeConfig())]
 
 
 def layout_bytes(config: LlamaLikeConfig) -> int:

@@ -43,6 +43,18 @@ class CopyRecord:
     ckpt_rows: Span | None
     ckpt_cols: Span | None
     numel: int
+    ckpt_shape: tuple[int, ...] | None = None
+
+    @property
+    def held(self) -> tuple[str, Span] | None:
+        """``("rows", span)`` or ``("cols", span)``: the checkpoint block along the axis that
+        was split (columns when a copy took part of every row, as row-parallel loaders do)."""
+        if self.key is None or self.ckpt_rows is None:
+            return None
+        shape = self.ckpt_shape or ()
+        if self.ckpt_cols is not None and len(shape) == 2 and self.ckpt_cols != (0, shape[1]):
+            return "cols", self.ckpt_cols
+        return "rows", self.ckpt_rows
 
     @property
     def layer(self) -> str:
@@ -161,12 +173,13 @@ class HoldingsRecorder:
         if not _same_storage(dst, param):
             return
         prow, pcol = block(dst, param)
-        krow = kcol = key = None
+        krow = kcol = key = shape = None
         if is_copy:
             src, key = args[1], self._key
             if self._base is not None and _same_storage(src, self._base):
                 krow, kcol = block(src, self._base)
-        self.records.append(CopyRecord(name, key, prow, pcol, krow, kcol, dst.numel()))
+                shape = tuple(self._base.shape)
+        self.records.append(CopyRecord(name, key, prow, pcol, krow, kcol, dst.numel(), shape))
 
     # --- summaries ---
 

@@ -107,16 +107,17 @@ def simulated_group(rank: int, world_size: int) -> TPGroup:
     return TPGroup(rank, world_size)
 
 
+_SINGLE = TPGroup(0, 1)
+
+
 def get_tp_group() -> TPGroup:
-    """The current group; a clear error when the code runs outside ``use_group``."""
+    """The current group; outside any ``use_group``, a single rank (plain one-process use).
+
+    A layer built for more ranks and loaded outside its group is caught by the loaders (the
+    parameter remembers the group size it was built for).
+    """
     group = _CURRENT.get()
-    if group is None:
-        raise TensorParallelError(
-            "no tensor-parallel group: build and load parallel layers inside "
-            "`with use_group(group):` (a real group from init_tp_group, or "
-            "simulated_group(rank, tp) on the meta device)"
-        )
-    return group
+    return _SINGLE if group is None else group
 
 
 def get_tensor_model_parallel_rank() -> int:

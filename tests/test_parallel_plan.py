@@ -98,7 +98,8 @@ def test_cli_tp_in_a_real_process_shows_no_traceback():
     )
     assert out.returncode == 0 and out.stderr == ""
     row = next(x.split() for x in out.stdout.splitlines() if "layers.0.self_attn.v_proj.w" in x)
-    assert row == ["model.layers.0.self_attn.v_proj.weight", "rows", "16", *"0-7 0-7 8-15 8-15".split()]
+    assert row[:3] == ["model.layers.0.self_attn.v_proj.weight", "rows", "16"]
+    assert row[3:] == ["0-7", "0-7", "8-15", "8-15"]
 
 
 def test_render_row_map_marks_failed_ranks():

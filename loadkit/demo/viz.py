@@ -13,9 +13,12 @@ from loadkit.demo.scenario import Record, Series
 def _trace(name: str, s: Series) -> Any:
     import plotly.graph_objects as go
 
+    style = s.style or {}
     if s.mode == "bar":
-        return go.Bar(name=name, x=s.x, y=s.y, text=s.text)
-    return go.Scatter(name=name, x=s.x, y=s.y, mode=s.mode, text=s.text)
+        return go.Bar(name=name, x=s.x, y=s.y, text=s.text, **style)
+    if s.mode == "heatmap":
+        return go.Heatmap(name=name, x=s.x, y=s.y, z=s.z, text=s.text, **style)
+    return go.Scatter(name=name, x=s.x, y=s.y, mode=s.mode, text=s.text, **style)
 
 
 def figure(

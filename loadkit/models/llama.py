@@ -509,7 +509,8 @@ class LlamaForCausalLM(nn.Module):
 
 PRESETS = {
     "tiny": LlamaLikeConfig(),
-    # About 1 GiB in float32, 172 tensors of at most 16 MiB: the memory benchmark's checkpoint.
+    # About 1 GiB in float32 (258 tensors, the largest the 32 MiB vocabulary tables): the memory
+    # benchmark's checkpoint.
     "bench": LlamaLikeConfig(
         vocab_size=8192,
         hidden_size=1024,

@@ -27,6 +27,7 @@ BUG_NOTEBOOKS = {
     "01_pooling_probe.ipynb": "loadkit.demo.stories.pooling_probe",
     "02_plamo2_autoweightsloader.ipynb": "loadkit.demo.stories.plamo2",
     "03_layerwise_reload.ipynb": "loadkit.demo.stories.reload",
+    "05_tensor_parallel.ipynb": "loadkit.demo.stories.tensor_parallel",
 }
 
 
@@ -72,3 +73,20 @@ def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
     records = importlib.import_module(BUG_NOTEBOOKS[name]).main_records()
     clicked = run_in_page_and_toggle(open_notebook, lab, name, records, tmp_path)
     assert set(clicked) == set(records)
+
+
+def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
+    """Notebook 05's other toggles: tp (second) and bug (third) rebuild what the main one shows."""
+    name = "05_tensor_parallel.ipynb"
+    story = importlib.import_module(BUG_NOTEBOOKS[name])
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        for tp, bug in [("4", "kv-replication"), ("4", "gguf-rank"), ("1", "gguf-rank")]:
+            page.click_toggle_at(1, tp)
+            page.click_toggle_at(2, bug)
+            clicked = assert_toggle_drives_chart(page, story.records(bug, int(tp)), timeout=15)
+            assert set(clicked) == {"old", "new"}

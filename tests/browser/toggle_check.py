@@ -27,12 +27,14 @@ def _plain(value: Any) -> Any:
 
 
 def _trace(t: dict[str, Any]) -> dict[str, Any]:
+    z = t.get("z")
     return {
         "name": t.get("name"),
         "type": t.get("type") or "scatter",
         "mode": t.get("mode"),
         "x": [_plain(v) for v in t.get("x") or ()],
         "y": [_plain(v) for v in t.get("y") or ()],
+        "z": None if z is None else [[_plain(v) for v in row] for row in z],
     }
 
 
@@ -47,6 +49,7 @@ def expected_traces(record: Record) -> list[dict[str, Any]]:
                 "mode": getattr(t, "mode", None),
                 "x": list(t.x if t.x is not None else ()),
                 "y": list(t.y if t.y is not None else ()),
+                "z": [list(row) for row in t.z] if getattr(t, "z", None) is not None else None,
             }
         )
         for t in fig.data
@@ -79,10 +82,10 @@ def describe_difference(shown: list[dict[str, Any]], expected: list[dict[str, An
         return f"    page traces {names[0]}, library traces {names[1]}"
     lines = []
     for page, lib in zip(shown, expected, strict=True):
-        for key in ("type", "mode", "x", "y"):
+        for key in ("type", "mode", "x", "y", "z"):
             if page[key] == lib[key]:
                 continue
-            if key in ("type", "mode"):
+            if key in ("type", "mode") or page[key] is None or lib[key] is None:
                 lines.append(f"    {page['name']!r}: {key} {page[key]!r}, library {lib[key]!r}")
                 continue
             pairs = itertools.zip_longest(page[key], lib[key], fillvalue=_MISSING)

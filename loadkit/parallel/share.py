@@ -143,15 +143,17 @@ def memory_plan(checkpoint: str | os.PathLike[str] | Tensors, tp: int) -> Memory
     )
     build = llama_builder(tensors, Job())
     sizes = []
-    for t in (1, tp):
+    # Which parameters split is seen by comparing with two ranks even when tp is 1.
+    for t in (1, max(tp, 2)):
         per_rank = []
         for r in range(t):
             with torch.device("meta"), use_group(simulated_group(r, t)):
                 model = build()
             per_rank.append({n: p.numel() * p.element_size() for n, p in model.named_parameters()})
         sizes.append(per_rank)
-    full, ranks = sizes[0][0], sizes[1]
-    sharded = sum(b for n, b in full.items() if ranks[0][n] < b)
+    full, split = sizes[0][0], sizes[1]
+    sharded = sum(b for n, b in full.items() if split[0][n] < b)
+    ranks = sizes[0] if tp == 1 else split
     return MemoryPlan(
         tp,
         sharded,

@@ -24,7 +24,7 @@ class Series:
     x: list[Any]
     y: list[Any]
     mode: str = "lines+markers"  # plotly scatter mode, "bar" or "heatmap"
-    text: list[str] | None = None
+    text: list[Any] | None = None  # per point; per cell (a list per row) for a heatmap
     z: list[list[Any]] | None = None
     style: dict[str, Any] | None = None
 

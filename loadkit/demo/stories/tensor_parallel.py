@@ -75,31 +75,40 @@ def reference() -> TPRun:
 
 @dataclass
 class Columns:
-    """The heatmap's columns: one per checkpoint row (or column) of each shown key."""
+    """The heatmap's columns: one per checkpoint row (or column) of each shown key, and a gap
+    of ``GAP`` empty columns between keys."""
 
-    labels: list[str]
+    labels: list[str]  # per column: "q_proj row 17", or "" in a gap
     starts: dict[str, int]  # key -> first column index
+    sizes: dict[str, int]  # key -> rows (or columns) along the split axis
+
+
+GAP = 3
 
 
 @functools.cache
 def columns() -> Columns:
     entries = {e.key: e for e in row_map([r.records for r in _reference_ranks()])}
-    labels, starts = [], {}
+    labels: list[str] = []
+    starts, sizes = {}, {}
     for key in SHOWN:
-        starts[key] = len(labels)
+        if labels:
+            labels += [""] * GAP
+        starts[key], sizes[key] = len(labels), entries[key].size
         e = entries[key]
         labels += [f"{short(key)} {e.axis[:-1]} {i}" for i in range(e.size)]
-    return Columns(labels, starts)
+    return Columns(labels, starts, sizes)
 
 
 def _reference_ranks():
     return reference().ranks
 
 
-def held_matrix(run: TPRun) -> list[list[int]]:
-    """``z[rank][column]``: 1 where the rank holds that checkpoint row, else 0."""
+def held_matrix(run: TPRun) -> list[list[int | None]]:
+    """``z[rank][column]``: 1 where the rank holds that checkpoint row, 0 where it does not,
+    ``None`` in the gaps between keys."""
     cols = columns()
-    z = [[0] * len(cols.labels) for _ in run.ranks]
+    z = [[0 if label else None for label in cols.labels] for _ in run.ranks]
     for rank, result in enumerate(run.ranks):
         for rec in result.records:
             held = rec.held
@@ -115,12 +124,15 @@ def held_matrix(run: TPRun) -> list[list[int]]:
 def rows_record(run: TPRun, behaviour: str) -> Record:
     cols = columns()
     rec = Record(behaviour)
+    ranks = [f"rank {r}" for r in range(run.tp)]
     rec.series["checkpoint rows held"] = Series(
-        x=cols.labels,
-        y=[f"rank {r}" for r in range(run.tp)],
+        x=list(range(len(cols.labels))),
+        y=ranks,
         mode="heatmap",
         z=held_matrix(run),
+        text=[[f"{rank}, {label}" if label else "" for label in cols.labels] for rank in ranks],
         style={
+            "hovertemplate": "%{text}<extra></extra>",
             "colorscale": [[0, "#f2f2f2"], [1, "#1f5fa8"]],
             "showscale": False,
             "zmin": 0,
@@ -229,15 +241,18 @@ class Explorer:
 def _rows_layout(tp: int) -> dict[str, Any]:
     cols = columns()
     return {
-        "height": 180 + 40 * tp,
+        "height": 200 + 45 * tp,
         "xaxis": {
             "tickmode": "array",
-            "tickvals": [cols.labels[s] for s in cols.starts.values()],
-            "ticktext": [short(k) for k in cols.starts],
-            "tickangle": -40,
+            "tickvals": [s + (cols.sizes[k] - 1) / 2 for k, s in cols.starts.items()],
+            "ticktext": [short(k).rpartition(".")[2] for k in cols.starts],
+            "tickangle": -35,
+            "showgrid": False,
+            "zeroline": False,
+            "title": {"text": "checkpoint rows (columns for o_proj, down_proj), layer 0"},
         },
-        "yaxis": {"autorange": "reversed"},
-        "margin": {"b": 110},
+        "yaxis": {"autorange": "reversed", "showgrid": False},
+        "margin": {"b": 120},
     }
 
 
@@ -295,7 +310,8 @@ def explorer_data(ex: Explorer) -> str:
     """The three charts as text (what nbval compares in place of the widgets)."""
     lines = [ex.state(), f"rows title: {ex.rows.layout.title.text}"]
     for tr in ex.rows.data:
-        lines.append(f"  {tr.name}: y={list(tr.y)} held per rank={[sum(r) for r in tr.z]}")
+        held = [sum(v or 0 for v in row) for row in tr.z]
+        lines.append(f"  {tr.name}: y={list(tr.y)} held per rank={held}")
     lines.append(f"counters title: {ex.counters.layout.title.text}")
     for tr in ex.counters.data:
         lines.append(f"  {tr.name}: total {sum(tr.y)}")

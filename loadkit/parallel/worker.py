@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -38,13 +38,12 @@ class LaunchSpec:
     tp: int
     jobs: tuple[Job, ...]
     input_ids: tuple[int, ...]
-    model_module: str = "loadkit.models.llama"
+    model_module: str = "loadkit.models.llama"  # provides config_from_checkpoint, LlamaForCausalLM
     backend: str = "gloo"
     collective_timeout: float = 30.0
     track_rows: bool = True
     threads: int = 1
     fault: Fault | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def rss_anon_bytes() -> int:

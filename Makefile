@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.loadkit-installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test test-upstream setup lint data clean
+.PHONY: lab test test-deep test-upstream setup lint data clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,14 @@ test: $(STAMP)
 test-upstream: $(STAMP)
 	$(BIN)/python tests/upstream/fetch.py
 	$(BIN)/python -m pytest tests/upstream
+
+# make test's property tests with random seeds and ten times the examples (tests/conftest.py).
+# pytest's exit 5 (nothing collected) is an error here, not a silent pass.
+test-deep: $(STAMP)
+	$(BIN)/python -m pytest --hypothesis-profile=deep -m hypothesis --ignore=tests/upstream tests; \
+	status=$$?; \
+	if [ $$status = 5 ]; then echo "make test-deep: no property tests collected" >&2; exit 1; fi; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
+from loadkit import open_checkpoint
 from loadkit.demo.stories import plamo2 as story
 from loadkit.demo.viz import figure_data
-from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM
+from loadkit.models.plamo2 import BEHAVIOURS, DATA_FILES, Plamo2Config, Plamo2ForCausalLM, rename
 
 FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
 
@@ -147,6 +148,14 @@ def test_in_proj_figure():
     assert list(z[0][:8]) == [0] * 8 and list(z[1][:12]) == [0] * 4 + [1] * 4 + [2] * 4
 
 
-def test_story_models_stay_constructible_on_meta():
+@pytest.mark.parametrize("kind", list(DATA_FILES))
+def test_story_configs_build_on_meta_the_shapes_of_their_checkpoint(kind):
+    config = story.config_of(kind)
     with torch.device("meta"):
-        Plamo2ForCausalLM(story.config_of("untied"))
+        model = Plamo2ForCausalLM(config)
+    got = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    assert all(p.is_meta for p in model.parameters())
+    header = open_checkpoint(story.data_path(kind)).tensors
+    tied_head = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    want = {rename(k): tuple(t.shape) for k, t in header.items() if k not in tied_head}
+    assert got == want

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
-# loadkit.models.registry.BUILTIN (tested)
-BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h, llama-like"
 
 USAGE = (
     "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--tp N] [--json]"
@@ -43,7 +41,7 @@ positional arguments:
                   model.safetensors.index.json
 
 options:
-  --model SPEC    a built-in model ({BUILTIN_NAMES}; sized from the checkpoint's
+  --model SPEC    a built-in model ({{builtin}}; sized from the checkpoint's
                   shapes) or 'package.module:callable' (or 'file.py:callable') returning an
                   nn.Module, built on the meta device
   --mapper RULES  WeightsMapper rules as JSON, or a JSON file's path, e.g.
@@ -64,6 +62,17 @@ examples:
   python -m loadkit inspect path/to/folder --model plamo2
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
 """
+
+
+def inspect_help() -> str:
+    """``inspect --help``, naming the registry's built-in models (imported only for help).
+
+    >>> "plamo2" in inspect_help()
+    True
+    """
+    from loadkit.models.registry import BUILTIN
+
+    return INSPECT_HELP.replace("{builtin}", ", ".join(BUILTIN))
 
 
 class UsageError(Exception):
@@ -93,7 +102,7 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
             positional += args[i:]
             break
         if arg in ("-h", "--help"):
-            print(INSPECT_HELP, end="")
+            print(inspect_help(), end="")
             return None
         if arg == "--json":
             as_json = True

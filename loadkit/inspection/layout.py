@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from loadkit.errors import LoadkitError
+
 _NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
 
 
@@ -86,7 +88,7 @@ class LayoutNode:
             if node.own is not None:
                 count, nbytes, dtype = node.own
                 if count != 1:
-                    raise ValueError(f"{node.path!r} stands for {count} tensors: a folded tree")
+                    raise LoadkitError(f"{node.path!r} stands for {count} tensors: a folded tree")
                 yield node.path, nbytes, dtype
 
     def folded(self) -> LayoutNode:

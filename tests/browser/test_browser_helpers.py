@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from lab_server import REPO, lab_argv, make_lab_command
@@ -58,3 +61,28 @@ def test_click_order_reaches_every_option_by_a_change():
     for active in (None, "old", "new"):
         clicks = click_order(["old", "new", "x"], active)
         assert clicks[0] != active and all(a != b for a, b in itertools.pairwise(clicks))
+
+
+NO_PLAYWRIGHT = """
+import sys
+sys.modules["playwright"] = None  # import playwright fails, find_spec("playwright") is None
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def test_browser_folder_collects_and_runs_without_playwright():
+    """Without playwright: the helper tests run, the browser tests skip, one line says why."""
+    res = subprocess.run(
+        [sys.executable, "-c", NO_PLAYWRIGHT, "tests/browser", "-q",
+         "-k", "not without_playwright"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "error" not in out.lower(), out
+    assert "BROWSER TESTS SKIPPED: Python playwright is not installed" in out, out
+    assert re.search(r"\b4 passed\b", out), out

@@ -68,8 +68,7 @@ def test_static_copy_of_the_figure_fails_the_check(open_notebook, lab, lab_root,
 
 @pytest.mark.parametrize("name", list(BUG_NOTEBOOKS))
 def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
-    if not (REPO / "notebooks" / name).exists():
-        pytest.skip(f"notebooks/{name} is not on this branch yet")
+    assert (REPO / "notebooks" / name).exists(), f"notebooks/{name} is gone (renamed?)"
     records = importlib.import_module(BUG_NOTEBOOKS[name]).main_records()
     clicked = run_in_page_and_toggle(open_notebook, lab, name, records, tmp_path)
     assert set(clicked) == set(records)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any
-
-from lab_page import NotebookPage
+from typing import TYPE_CHECKING, Any
 
 from loadkit.demo.scenario import Record
 from loadkit.demo.viz import figure
+
+if TYPE_CHECKING:  # lab_page imports playwright: the helpers here must import without it
+    from lab_page import NotebookPage
 
 
 def _plain(value: Any) -> Any:

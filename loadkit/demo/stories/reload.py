@@ -20,6 +20,7 @@ import torch
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series
 from loadkit.demo.stories import DATA_DIR
+from loadkit.errors import LoadkitError
 from loadkit.loading.counting import CopyCounter, get_numel_loaded
 from loadkit.loading.ledger import ledger_of
 from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
@@ -94,7 +95,7 @@ def _fresh_logits(order: str) -> torch.Tensor:
 def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
     """Reload the update in ``order`` into a running model under ``behaviour`` (cached)."""
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+        raise LoadkitError(f"order must be one of {ORDERS}, not {order!r}")
     model = _model_and_initial()
     record_metadata_for_reloading(model)
     pointers = {n: p.data_ptr() for n, p in model.named_parameters()}

@@ -41,9 +41,13 @@ positional arguments:
                   model.safetensors.index.json
 
 options:
-  --model SPEC    a built-in model ({{builtin}}; sized from the checkpoint's
-                  shapes) or 'package.module:callable' (or 'file.py:callable') returning an
-                  nn.Module, built on the meta device
+  --model SPEC    hf: any Hugging Face architecture, from the config.json next to the
+                  checkpoint (hf:PATH: another config file or folder; hf-causal, hf-embed,
+                  hf-classify name the wrapper), built by transformers and wrapped as
+                  vLLM's Transformers backend does; a built-in model
+                  ({{builtin}}; sized from the checkpoint's shapes); or
+                  'package.module:callable' (or 'file.py:callable') returning an
+                  nn.Module. Built on the meta device
   --mapper RULES  WeightsMapper rules as JSON, or a JSON file's path, e.g.
                   '{{"orig_to_new_prefix": {{"model.": ""}}}}'; replaces the model's
                   hf_to_vllm_mapper
@@ -60,6 +64,7 @@ exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
+  python -m loadkit inspect path/to/hf-checkpoint --model hf
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
 """
 

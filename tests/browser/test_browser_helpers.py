@@ -13,7 +13,7 @@ from lab_server import REPO, lab_argv, make_lab_command
 from toggle_check import click_order, describe_difference, expected_traces, title_shows
 from toy_story import main_records
 
-from loadkit.demo.viz import behaviour_toggle, figure, figure_data
+from loadkit.demo.viz import figure, figure_data, record_view
 
 
 def test_lab_command_is_the_makefiles():
@@ -28,20 +28,17 @@ def test_lab_command_is_the_makefiles():
     )
 
 
-def test_expected_traces_are_what_the_live_figure_shows_after_a_toggle():
+def test_expected_traces_are_what_the_live_chart_shows_after_a_toggle():
     records = main_records()
-    fig = figure(records["old"], title="t")
-    toggle = behaviour_toggle(records, fig)
-    toggle.value = "new"
-    live = [
-        {"name": t.name, "type": t.type, "mode": getattr(t, "mode", None), "x": t.x, "y": t.y}
-        for t in fig.data
-    ]
-    assert [(t["name"], list(t["x"]), list(t["y"])) for t in live] == [
+    view = record_view(records, figure)
+    view.toggle.value = "new"
+    live = view.chart.spec["data"]  # what the page receives
+    assert [(t["name"], t["x"], t["y"]) for t in live] == [
         (t["name"], t["x"], t["y"]) for t in expected_traces(records["new"])
     ]
-    assert title_shows(fig.layout.title.text, "new") and not title_shows("t [new]", "old")
-    assert "running count: x=['A', 'dt_bias', 'D'] y=[6, 12, 18]" in figure_data(fig)
+    title = view.chart.fig.layout.title.text
+    assert title_shows(title, "new") and not title_shows("t [new]", "old")
+    assert "running count: 3 points, from 6 to 18 (min 6, max 18)" in figure_data(view.chart)
 
 
 def test_the_two_behaviours_draw_different_charts():

@@ -56,6 +56,15 @@ class CopyRecord:
             return "cols", self.ckpt_cols
         return "rows", self.ckpt_rows
 
+    def span_along(self, axis: str) -> Span | None:
+        """The checkpoint rows (``"rows"``) or columns (``"cols"``) this copy read; a 1-d key
+        has only rows. ``None`` for a copy that read no checkpoint tensor (padding)."""
+        if self.key is None:
+            return None
+        if axis == "cols" and self.ckpt_cols is not None:
+            return self.ckpt_cols
+        return self.ckpt_rows
+
     @property
     def layer(self) -> str:
         return self.param.rpartition(".")[0]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from loadkit.demo.scenario import Record, Series
+from loadkit.demo.scenario import Record, Series, outcome_table
 from loadkit.demo.stories import DATA_DIR
 from loadkit.parallel.launcher import run_tensor_parallel
 from loadkit.parallel.results import BUGS, Job, TPRun
@@ -81,6 +81,7 @@ class Columns:
     labels: list[str]  # per column: "q_proj row 17", or "" in a gap
     starts: dict[str, int]  # key -> first column index
     sizes: dict[str, int]  # key -> rows (or columns) along the split axis
+    axes: dict[str, str]  # key -> "rows" or "cols"
 
 
 GAP = 3
@@ -88,87 +89,251 @@ GAP = 3
 
 @functools.cache
 def columns() -> Columns:
-    entries = {e.key: e for e in row_map([r.records for r in _reference_ranks()])}
+    """The columns, from a tp=2 run (where every split shows its axis: row-parallel keys are
+    split along their columns)."""
+    entries = {e.key: e for e in row_map([r.records for r in run_for("gguf-rank", "new", 2).ranks])}
     labels: list[str] = []
-    starts, sizes = {}, {}
+    starts, sizes, axes = {}, {}, {}
     for key in SHOWN:
         if labels:
             labels += [""] * GAP
-        starts[key], sizes[key] = len(labels), entries[key].size
         e = entries[key]
+        starts[key], sizes[key], axes[key] = len(labels), e.size, e.axis
         labels += [f"{short(key)} {e.axis[:-1]} {i}" for i in range(e.size)]
-    return Columns(labels, starts, sizes)
-
-
-def _reference_ranks():
-    return reference().ranks
+    return Columns(labels, starts, sizes, axes)
 
 
 def held_matrix(run: TPRun) -> list[list[int | None]]:
-    """``z[rank][column]``: 1 where the rank holds that checkpoint row, 0 where it does not,
-    ``None`` in the gaps between keys."""
+    """``z[rank][column]``: 1 where the rank holds that checkpoint row (or column), 0 where it
+    does not, ``None`` in the gaps between keys. Read from the copies the rank's loaders made."""
     cols = columns()
     z = [[0 if label else None for label in cols.labels] for _ in run.ranks]
     for rank, result in enumerate(run.ranks):
         for rec in result.records:
-            held = rec.held
-            if rec.key not in cols.starts or held is None:
+            span = rec.span_along(cols.axes.get(rec.key, "rows"))
+            if rec.key not in cols.starts or span is None:
                 continue
-            a, b = held[1]
+            if not 0 <= span[0] <= span[1] <= cols.sizes[rec.key]:
+                raise ValueError(f"{rec.key}: span {span} outside its {cols.sizes[rec.key]} cells")
             base = cols.starts[rec.key]
-            for i in range(a, b):
+            for i in range(*span):
                 z[rank][base + i] = 1
     return z
 
 
-def rows_record(run: TPRun, behaviour: str) -> Record:
+# Cell values of the row map: each rank's rows compared with what the same rank holds under the
+# fix (the "new" run at the same tp; a comparison of two real runs, no sharding formula).
+NOT_HELD, HELD, WRONG, MISSING = 0, 1, 2, 3
+CELL_STYLE = {
+    NOT_HELD: ("not this rank's", "#eef0f2"),
+    HELD: ("held, as under the fix", "#2e86ab"),
+    WRONG: ("held, but not this rank's share", "#d1495b"),
+    MISSING: ("this rank's share, not loaded", "#edae49"),
+}
+
+
+def cell_matrix(run: TPRun, fixed: TPRun) -> list[list[int | None]]:
+    """``run``'s row map against ``fixed``'s, cell by cell (``CELL_STYLE``'s codes)."""
+    out = []
+    for got, want in zip(held_matrix(run), held_matrix(fixed), strict=True):
+        line: list[int | None] = []
+        for g, w in zip(got, want, strict=True):
+            if g is None:
+                line.append(None)
+            else:
+                line.append({(1, 1): HELD, (1, 0): WRONG, (0, 1): MISSING}.get((g, w), NOT_HELD))
+        out.append(line)
+    return out
+
+
+def rows_record(bug: str, tp: int, behaviour: str) -> Record:
+    """The main toggle's record: the row map of ``bug`` at ``tp`` under ``behaviour``."""
+    run, fixed = run_for(bug, behaviour, tp), run_for(bug, "new", tp)
     cols = columns()
+    ranks = [f"rank {r}" for r in range(tp)]
+    codes = cell_matrix(run, fixed)
+    text = [
+        [
+            f"{rank}: {label}<br>{CELL_STYLE[c][0]}" if c is not None else ""
+            for label, c in zip(cols.labels, line, strict=True)
+        ]
+        for rank, line in zip(ranks, codes, strict=True)
+    ]
     rec = Record(behaviour)
-    ranks = [f"rank {r}" for r in range(run.tp)]
-    rec.series["checkpoint rows held"] = Series(
-        x=list(range(len(cols.labels))),
-        y=ranks,
-        mode="heatmap",
-        z=held_matrix(run),
-        text=[[f"{rank}, {label}" if label else "" for label in cols.labels] for rank in ranks],
-        style={
-            "hovertemplate": "%{text}<extra></extra>",
-            "colorscale": [[0, "#f2f2f2"], [1, "#1f5fa8"]],
-            "showscale": False,
-            "zmin": 0,
-            "zmax": 1,
-            "xgap": 0,
-            "ygap": 3,
-        },
+    rec.series["checkpoint rows"] = Series(
+        x=list(range(len(cols.labels))), y=ranks, mode="heatmap", z=codes, text=text
     )
-    rec.outcome = outcome(run)
+    rec.outcome = {"bug": bug, "tp": tp, **outcome(run)}
     return rec
 
 
-def counters_record(run: TPRun, behaviour: str) -> Record:
-    """Elements each rank copied into each layer (module), one bar set per rank."""
-    rec = Record(behaviour)
-    layers = list(_reference_ranks()[0].loaded_per_layer)
+def records(bug: str, tp: int) -> dict[str, Record]:
+    """old and new: what the main toggle swaps between for ``bug`` at ``tp``."""
+    return {b: rows_record(bug, tp, b) for b in BEHAVIOURS}
+
+
+def main_records() -> dict[str, Record]:
+    """Where the notebook's widgets start (and end Run All): the gguf-plugin bug at tp=2, old."""
+    return records("gguf-rank", 2)
+
+
+def _discrete_scale() -> list[list[Any]]:
+    codes = sorted(CELL_STYLE)
+    scale: list[list[Any]] = []
+    for i, code in enumerate(codes):
+        colour = CELL_STYLE[code][1]
+        scale += [[i / len(codes), colour], [(i + 1) / len(codes), colour]]
+    return scale
+
+
+def rows_figure(record: Record) -> Any:
+    """The row map of a ``records()`` record: ranks down, checkpoint rows across (layer 0's
+    weights and the vocabulary tables), coloured by how they compare with the fix."""
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    s = record.series["checkpoint rows"]
+    bug, tp = record.outcome["bug"], record.outcome["tp"]
+    cols = columns()
+    fig = base_figure(
+        f"Checkpoint rows each rank holds, tp={tp}, {BUG_SHORT[bug]} [{record.behaviour}]",
+        height=230 + 42 * tp,
+        margin={"l": 70, "r": 20, "t": 95, "b": 95},
+        xaxis={
+            "tickmode": "array",
+            "tickvals": [st + (cols.sizes[k] - 1) / 2 for k, st in cols.starts.items()],
+            "ticktext": [short(k).rpartition(".")[2] for k in cols.starts],
+            "tickangle": -30,
+            "showgrid": False,
+            "zeroline": False,
+            "range": [-1, len(cols.labels)],
+            "title": {
+                "text": "checkpoint rows of layer 0 and the vocabulary tables "
+                "(columns for o_proj, down_proj)"
+            },
+        },
+        yaxis={"autorange": "reversed", "showgrid": False},
+    )
+    n = len(CELL_STYLE)
+    fig.add_trace(
+        go.Heatmap(
+            name="checkpoint rows",
+            x=s.x,
+            y=s.y,
+            z=s.z,
+            text=s.text,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale=_discrete_scale(),
+            zmin=-0.5,
+            zmax=n - 0.5,
+            showscale=False,
+            xgap=0,
+            ygap=4,
+        )
+    )
+    for label, colour in CELL_STYLE.values():  # a legend for the heatmap's colours
+        fig.add_trace(
+            go.Scatter(
+                name=label,
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 13, "color": colour},
+                hoverinfo="skip",
+            )
+        )
+    return fig
+
+
+# One colour per rank in the counters chart.
+RANK_COLOURS = ("#2e86ab", "#edae49", "#8e6c8a", "#4c9f70")
+
+
+def layer_label(layer: str) -> str:
+    """``model.layers.0.self_attn.qkv_proj`` -> ``0.qkv_proj``; ``model.norm`` -> ``norm``."""
+    name = layer.removeprefix("model.").removeprefix("layers.")
+    for part in (".self_attn.", ".mlp."):
+        name = name.replace(part, ".")
+    return name
+
+
+def counters_figure(bug: str, tp: int, behaviour: str) -> Any:
+    """Elements each rank copied into each layer (its loaded-element counter), ranks side by
+    side; the title says whether they equal the counters under the fix."""
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    run, fixed = run_for(bug, behaviour, tp), run_for(bug, "new", tp)
+    layers = list(reference().ranks[0].loaded_per_layer)
+    differ = [
+        str(r.rank)
+        for r, f in zip(run.ranks, fixed.ranks, strict=True)
+        if r.loaded_per_layer != f.loaded_per_layer
+    ]
+    verdict = (
+        "every rank as under the fix"
+        if not differ
+        else f"rank {', '.join(differ)} not as under the fix"
+    )
+    fig = base_figure(
+        f"Elements each rank loaded, per layer, tp={tp}: {verdict} [{behaviour}]",
+        height=380,
+        barmode="group",
+        bargap=0.2,
+        xaxis={"tickangle": -40, "title": None},
+        yaxis={"title": "elements copied from the checkpoint"},
+        margin={"l": 70, "r": 20, "t": 90, "b": 110},
+    )
     for r, result in enumerate(run.ranks):
-        rec.series[f"rank {r}"] = Series(
-            x=[layer.removeprefix("model.") for layer in layers],
-            y=[result.loaded_per_layer.get(layer, 0) for layer in layers],
-            mode="bar",
+        fig.add_trace(
+            go.Bar(
+                name=f"rank {r} ({result.status})",
+                x=[layer_label(layer) for layer in layers],
+                y=[result.loaded_per_layer.get(layer, 0) for layer in layers],
+                marker_color=RANK_COLOURS[r % len(RANK_COLOURS)],
+            )
         )
-    return rec
+    return fig
 
 
-def logits_record(run: TPRun, behaviour: str) -> Record:
-    """The last position's logits over the vocabulary: tp=1 against this run."""
-    rec = Record(behaviour)
-    ref = reference().logits[-1]
-    vocab = list(range(len(ref)))
-    rec.series["tp=1"] = Series(vocab, [float(v) for v in ref], mode="lines")
+def logits_figure(bug: str, tp: int, behaviour: str) -> Any:
+    """The last position's logits over the vocabulary: tp=1's line, this run's points."""
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import BEHAVIOUR_COLOURS, base_figure
+
+    run = run_for(bug, behaviour, tp)
+    ref = reference().logits
+    found = outcome(run)
+    fig = base_figure(
+        f"Logits at the last position, tp={tp} against tp=1: {found['logits']} [{behaviour}]",
+        height=340,
+        xaxis={"title": "token id"},
+        yaxis={"title": "logit"},
+    )
+    vocab = list(range(ref.shape[-1]))
+    fig.add_trace(
+        go.Scatter(
+            name="tp=1",
+            x=vocab,
+            y=[float(v) for v in ref[-1]],
+            mode="lines",
+            line={"color": "#6c757d", "width": 2},
+        )
+    )
     if run.logits is not None:
-        rec.series[f"tp={run.tp}"] = Series(
-            vocab, [float(v) for v in run.logits[-1]], mode="markers"
+        fig.add_trace(
+            go.Scatter(
+                name=f"tp={tp}",
+                x=vocab,
+                y=[float(v) for v in run.logits[-1]],
+                mode="markers",
+                marker={"color": BEHAVIOUR_COLOURS[behaviour], "size": 6},
+            )
         )
-    return rec
+    return fig
 
 
 def outcome(run: TPRun) -> dict[str, Any]:
@@ -176,27 +341,22 @@ def outcome(run: TPRun) -> dict[str, Any]:
     out: dict[str, Any] = {"ranks": " ".join(r.status for r in run.ranks)}
     if run.logits is None:
         failed = [str(r.rank) for r in run.ranks if r.status == "load error"]
-        out["logits"] = f"none: rank(s) {', '.join(failed)} failed to load"
+        out["logits"] = f"none: rank {', '.join(failed)} failed to load"
         out["next token = tp=1's"] = "-"
     else:
-        same = bool(np.allclose(run.logits, ref, atol=ATOL))
-        out["logits"] = f"equal to tp=1 within {ATOL:g}" if same else "DIFFER from tp=1"
+        close = np.isclose(run.logits, ref, atol=ATOL)
+        out["logits"] = (
+            f"equal within {ATOL:g} ({close.size} logits)"
+            if close.all()
+            else f"DIFFER at {int((~close).sum())} of {close.size} logits"
+        )
         agree = int((run.logits.argmax(-1) == ref.argmax(-1)).sum())
         out["next token = tp=1's"] = f"{agree} of {len(ref)} positions"
-    out["elements loaded"] = " ".join(
-        str(sum(r.loaded_per_layer.values())) for r in run.ranks
-    )
+    out["elements loaded"] = " ".join(str(sum(r.loaded_per_layer.values())) for r in run.ranks)
     return out
 
 
-def records(bug: str, tp: int, chart: str = "rows") -> dict[str, Record]:
-    make = {"rows": rows_record, "counters": counters_record, "logits": logits_record}[chart]
-    return {b: make(run_for(bug, b, tp), b) for b in BEHAVIOURS}
-
-
-def main_records() -> dict[str, Record]:
-    """What the notebook's main toggle starts with: the gguf-plugin bug at tp=2, the row map."""
-    return records("gguf-rank", 2)
+BUG_SHORT = {"gguf-rank": "gguf-plugin #103", "kv-replication": "vLLM #2379"}
 
 
 # --- text for the notebook (what nbval compares) -----------------------------------------------
@@ -211,8 +371,6 @@ def row_map_text(bug: str, behaviour: str, tp: int, keys: tuple[str, ...] = SHOW
 
 
 def summary(bug: str, tp: int) -> str:
-    from loadkit.demo.scenario import outcome_table
-
     return outcome_table({b: Record(b, outcome=outcome(run_for(bug, b, tp))) for b in BEHAVIOURS})
 
 
@@ -221,100 +379,87 @@ def errors_text(bug: str, behaviour: str, tp: int) -> str:
     return "\n".join(run.errors) or "no errors"
 
 
+def cells_text(record: Record) -> str:
+    """The row map's cells per rank, counted by kind (what the heatmap shows, as text)."""
+    lines = []
+    for rank, row in zip(
+        record.series["checkpoint rows"].y, record.series["checkpoint rows"].z, strict=True
+    ):
+        counts = {code: sum(1 for c in row if c == code) for code in (HELD, WRONG, MISSING)}
+        lines.append(
+            f"  {rank}: {counts[HELD]} rows as under the fix, {counts[WRONG]} not its share, "
+            f"{counts[MISSING]} of its share not loaded"
+        )
+    return "\n".join(lines)
+
+
 # --- the widgets ------------------------------------------------------------------------------
 
 
 @dataclass
 class Explorer:
+    """The notebook's widgets, wired: behaviour (the main toggle), tp and bug; the row map, the
+    counters and the logits follow all three."""
+
+    records: dict[str, Record]  # what the main toggle swaps between (rebuilt on tp and bug)
     toggle: Any
     tp: Any
     bug: Any
-    rows: Any
-    counters: Any
-    logits: Any
-    box: Any
+    rows: Any  # Chart: the row map
+    counters: Any  # Chart: elements loaded per layer, per rank
+    logits: Any  # Chart: the last position's logits against tp=1
+
+    def outputs(self) -> tuple[Any, Any, Any]:
+        """Three outputs for one cell: the toggles with the row map, the counters, the logits."""
+        import ipywidgets as widgets
+
+        from loadkit.demo.chart import Panel
+
+        row = widgets.HBox([self.tp, self.bug])
+        return (Panel(self.toggle, row, self.rows, chart=self.rows), self.counters, self.logits)
 
     def state(self) -> str:
-        return f"bug={self.bug.value} tp={self.tp.value} behaviour={self.toggle.value}"
-
-
-def _rows_layout(tp: int) -> dict[str, Any]:
-    cols = columns()
-    return {
-        "height": 200 + 45 * tp,
-        "xaxis": {
-            "tickmode": "array",
-            "tickvals": [s + (cols.sizes[k] - 1) / 2 for k, s in cols.starts.items()],
-            "ticktext": [short(k).rpartition(".")[2] for k in cols.starts],
-            "tickangle": -35,
-            "showgrid": False,
-            "zeroline": False,
-            "title": {"text": "checkpoint rows (columns for o_proj, down_proj), layer 0"},
-        },
-        "yaxis": {"autorange": "reversed", "showgrid": False},
-        "margin": {"b": 120},
-    }
+        """What the widgets show, as text (what nbval compares)."""
+        bug, tp, b = self.bug.value, int(self.tp.value), self.toggle.value
+        return "\n".join(
+            [
+                f"[bug {bug}, tp {tp}, {b}]",
+                f"rows: {self.rows.fig.layout.title.text}",
+                cells_text(self.records[b]),
+                f"counters: {self.counters.fig.layout.title.text}",
+                f"logits: {self.logits.fig.layout.title.text}",
+            ]
+        )
 
 
 def explorer() -> Explorer:
-    """The widgets: behaviour (the main toggle), tp and bug; three charts follow them."""
+    """Build the widgets; they start on ``main_records()`` (gguf-rank, tp=2, old)."""
     import ipywidgets as widgets
 
-    from loadkit.demo.viz import behaviour_toggle, figure, show_record
+    from loadkit.demo.chart import Chart
 
-    state = {"bug": "gguf-rank", "tp": 2}
-    recs = records(state["bug"], state["tp"])
-    rows = figure(
-        recs["old"],
-        title="checkpoint rows each rank holds (layer 0, vocabulary tables)",
-        layout=_rows_layout(state["tp"]),
-    )
-    counters = figure(
-        records(state["bug"], state["tp"], "counters")["old"],
-        title="elements loaded per layer, per rank",
-        yaxis="elements copied from the checkpoint",
-        layout={"barmode": "group", "height": 380, "xaxis": {"tickangle": -40}},
-    )
-    logits = figure(
-        records(state["bug"], state["tp"], "logits")["old"],
-        title="logits at the last position: tp=1 against this run",
-        xaxis="token id",
-        yaxis="logit",
-        layout={"height": 340},
-    )
+    bug0, tp0, b0 = "gguf-rank", 2, "old"
+    recs = main_records()
+    rows = Chart(rows_figure(recs[b0]))
+    counters = Chart(counters_figure(bug0, tp0, b0))
+    logits = Chart(logits_figure(bug0, tp0, b0))
+    toggle = widgets.ToggleButtons(options=list(recs), value=b0, description="behaviour")
+    tp = widgets.ToggleButtons(options=[str(t) for t in TPS], value=str(tp0), description="tp")
+    bug = widgets.ToggleButtons(options=list(BUGS), value=bug0, description="bug")
+    for w in (tp, bug):
+        w.style.button_width = "auto"
 
-    def follow(record: Record) -> None:
-        b = record.behaviour
-        show_record(counters, records(state["bug"], state["tp"], "counters")[b])
-        show_record(logits, records(state["bug"], state["tp"], "logits")[b])
-
-    toggle = behaviour_toggle(recs, rows, on_change=follow)
-    tp = widgets.ToggleButtons(options=[str(t) for t in TPS], value="2", description="tp")
-    bug = widgets.ToggleButtons(options=list(BUGS), value="gguf-rank", description="bug")
+    def refresh(_: Any = None) -> None:
+        b, t = toggle.value, int(tp.value)
+        rows.draw(rows_figure(recs[b]))
+        counters.draw(counters_figure(bug.value, t, b))
+        logits.draw(logits_figure(bug.value, t, b))
 
     def rebuild(_: Any = None) -> None:
-        state["bug"], state["tp"] = bug.value, int(tp.value)
-        recs.update(records(state["bug"], state["tp"]))  # the main toggle reads this same dict
-        with rows.batch_update():
-            rows.update_layout(**_rows_layout(state["tp"]))
-        show_record(rows, recs[toggle.value])
-        follow(recs[toggle.value])
+        recs.update(records(bug.value, int(tp.value)))
+        refresh()
 
+    toggle.observe(refresh, names="value")
     tp.observe(rebuild, names="value")
     bug.observe(rebuild, names="value")
-    box = widgets.VBox([toggle, tp, bug, rows, counters, logits])
-    return Explorer(toggle, tp, bug, rows, counters, logits, box)
-
-
-def explorer_data(ex: Explorer) -> str:
-    """The three charts as text (what nbval compares in place of the widgets)."""
-    lines = [ex.state(), f"rows title: {ex.rows.layout.title.text}"]
-    for tr in ex.rows.data:
-        held = [sum(v or 0 for v in row) for row in tr.z]
-        lines.append(f"  {tr.name}: y={list(tr.y)} held per rank={held}")
-    lines.append(f"counters title: {ex.counters.layout.title.text}")
-    for tr in ex.counters.data:
-        lines.append(f"  {tr.name}: total {sum(tr.y)}")
-    lines.append(f"logits title: {ex.logits.layout.title.text}")
-    lines.append(f"  series: {[tr.name for tr in ex.logits.data]}")
-    return "\n".join(lines)
+    return Explorer(recs, toggle, tp, bug, rows, counters, logits)

@@ -10,6 +10,7 @@ between results without starting processes again. The tp=1 run is the reference.
 from __future__ import annotations
 
 import functools
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -376,7 +377,11 @@ def summary(bug: str, tp: int) -> str:
 
 def errors_text(bug: str, behaviour: str, tp: int) -> str:
     run = run_for(bug, behaviour, tp)
-    return "\n".join(run.errors) or "no errors"
+    wrapped = [
+        textwrap.fill(e, width=100, subsequent_indent="    ", break_on_hyphens=False)
+        for e in run.errors
+    ]
+    return "\n".join(wrapped) or "no errors"
 
 
 def cells_text(record: Record) -> str:

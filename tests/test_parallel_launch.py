@@ -9,7 +9,12 @@ from a server that imported torch once, so the whole module takes seconds.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +27,8 @@ from loadkit.parallel.launcher import run_one, run_tensor_parallel
 from loadkit.parallel.results import Fault, Job
 from loadkit.parallel.share import memory_plan, simulate_shares
 from loadkit.parallel.state import TensorParallelError
+
+pytestmark = pytest.mark.slow  # real rank processes
 
 JOBS = [Job(), Job.for_bug("gguf-rank", "old"), Job.for_bug("kv-replication", "old")]
 ATOL = 1e-5  # tp changes the order of the sums, not the values (dyadic weights)
@@ -209,3 +216,62 @@ def test_a_checkpoint_missing_a_shard_on_one_rank(checkpoint, tmp_path):
     assert "model-00002-of-00002.safetensors" in run.ranks[1].error
     assert run.ranks[0].status == "skipped" and "rank 1" in run.ranks[0].error
     assert_all_ended(run)
+
+
+def test_progress_bars_show_every_rank_of_every_job_to_the_end(checkpoint, capsys):
+    from loadkit import open_checkpoint
+
+    total = open_checkpoint(checkpoint).total_bytes
+    runs = run_tensor_parallel(checkpoint, 2, JOBS[:2], progress=True)
+    assert all(run.ok for run in runs)
+    err = capsys.readouterr().err
+    for job in ("new", "gguf-rank/old"):
+        for rank in (0, 1):
+            shown = re.findall(rf"{re.escape(job)} rank {rank}: +(\d+)%", err)
+            assert shown and shown[-1] == "100", f"{job} rank {rank}: {shown} in\n{err}"
+    from tqdm import tqdm
+
+    size = tqdm.format_sizeof(total)
+    assert err.count(f"| {size}/{size} [") == 4  # each bar closed at the checkpoint's bytes
+
+
+def test_killing_the_launcher_leaves_no_rank_behind(checkpoint, tmp_path):
+    """The launcher is SIGKILLed while a rank hangs mid-load: every process it started (the
+    fork server and the ranks) ends on its own within seconds."""
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "from loadkit.parallel.launcher import run_one\n"
+        "from loadkit.parallel.results import Fault\n"
+        "if __name__ == '__main__':\n"
+        f"    run_one({str(checkpoint)!r}, 2, fault=Fault(rank=0, after_tensors=2, kind='hang'),\n"
+        "            collective_timeout=120, timeout=300)\n"
+    )
+    launcher = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        started: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            started = psutil.Process(launcher.pid).children(recursive=True)
+            if len(started) >= 3:  # the fork server and two ranks
+                break
+            time.sleep(0.2)
+        assert len(started) >= 3, f"the launcher started {started}"
+        time.sleep(2)  # the ranks are in the load (rank 0 hangs in it)
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+        gone_by = time.monotonic() + 15
+        alive = started
+        while alive and time.monotonic() < gone_by:
+            alive = [p for p in started if _running(p)]
+            time.sleep(0.2)
+        assert not alive, f"still running 15 s after the launcher was killed: {alive}"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

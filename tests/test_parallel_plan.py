@@ -89,6 +89,7 @@ def test_cli_tp(capsys):
     assert "needs --model" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_tp_in_a_real_process_shows_no_traceback():
     out = subprocess.run(
         [sys.executable, "-m", "loadkit", "inspect", CK, "--model", "llama-like", "--tp", "4"],

@@ -6,6 +6,8 @@ import pytest
 
 from loadkit.demo.stories import tensor_parallel as story
 
+pytestmark = pytest.mark.slow  # every record comes from real rank processes
+
 Q = f"{story.L0}self_attn.q_proj.weight"
 K = f"{story.L0}self_attn.k_proj.weight"
 OPROJ = f"{story.L0}self_attn.o_proj.weight"

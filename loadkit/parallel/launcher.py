@@ -109,19 +109,41 @@ def _context(start_method: str) -> Any:
     return mp.get_context(start_method)
 
 
-def _progress_bars(spec: LaunchSpec, totals: int) -> list[Any]:
-    from tqdm import tqdm
+@dataclass
+class _Bars:
+    """One tqdm bar per rank: bytes of the checkpoint that rank has streamed in the current job
+    (the ranks post their counts to the store; the launcher polls them)."""
 
-    return [
-        tqdm(total=totals, unit="B", unit_scale=True, desc=f"rank {r}", position=r, leave=True)
-        for r in range(spec.tp)
-    ]
+    spec: LaunchSpec
+    total: int
+    bars: list[Any] = field(default_factory=list)
+    job: int = -1
+
+    def update(self, store: Any, job: int) -> None:
+        from tqdm import tqdm
+
+        if job != self.job:  # a new job streams the checkpoint again: fresh bars
+            for bar in self.bars:
+                bar.close()
+            name = self.spec.jobs[job].name
+            self.bars = [
+                tqdm(total=self.total, unit="B", unit_scale=True, desc=f"{name} rank {r}")
+                for r in range(self.spec.tp)
+            ]
+            self.job = job
+        for r, bar in enumerate(self.bars):
+            done = store.add(f"progress/{job}/{r}", 0)
+            bar.update(max(done - bar.n, 0))
+
+    def close(self) -> None:
+        for bar in self.bars:
+            bar.close()
 
 
-def _update_bars(bars: list[Any], store: Any, job: int) -> None:
-    for r, bar in enumerate(bars):
-        done = store.add(f"progress/{job}/{r}", 0)
-        bar.update(max(done - bar.n, 0))
+def _current_job(watch: _Watch) -> int:
+    """The first job rank 0 has not reported (the last one once all are in)."""
+    jobs = range(len(watch.spec.jobs))
+    return min((j for j in jobs if (j, 0) not in watch.results), default=len(jobs) - 1)
 
 
 def run_tensor_parallel(
@@ -189,20 +211,21 @@ def run_tensor_parallel(
         for r in range(tp)
     ]
     watch = _Watch(procs, spec)
-    bars = _progress_bars(spec, open_checkpoint(paths[0]).total_bytes) if progress else []
+    bars = _Bars(spec, open_checkpoint(paths[0]).total_bytes) if progress else None
     try:
         for p in procs:
             p.start()
         _supervise(watch, results_queue, store, bars, timeout)
     finally:
         _end(procs)
-        for bar in bars:
-            bar.close()
+        if bars is not None:  # the ranks may have finished between two polls: final counts
+            bars.update(store, _current_job(watch))
+            bars.close()
         results_queue.close()
     return _collect(watch, paths[0])
 
 
-def _supervise(watch: _Watch, q: Any, store: Any, bars: list[Any], timeout: float) -> None:
+def _supervise(watch: _Watch, q: Any, store: Any, bars: _Bars | None, timeout: float) -> None:
     spec = watch.spec
     deadline = time.monotonic() + timeout
     # After a first failure, the others get one collective timeout (and a margin) to report.
@@ -213,9 +236,8 @@ def _supervise(watch: _Watch, q: Any, store: Any, bars: list[Any], timeout: floa
             continue
         except queue_module.Empty:
             pass
-        if bars:
-            job = min((j for j in range(len(spec.jobs)) if (j, 0) not in watch.results), default=0)
-            _update_bars(bars, store, job)
+        if bars is not None:
+            bars.update(store, _current_job(watch))
         now = time.monotonic()
         for r in watch.pending():
             p = watch.procs[r]

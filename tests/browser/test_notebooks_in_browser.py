@@ -81,7 +81,7 @@ def run_in_page_and_toggle(
 def test_generated_notebook_toggle_drives_chart(open_notebook, lab, lab_root, tmp_path):
     name = write_toy_notebook(lab_root / "notebooks").name
     clicked = run_in_page_and_toggle(open_notebook, lab, name, toy_records(), tmp_path)
-    assert clicked == ["old", "new", "old"]
+    assert clicked == ["new", "old", "new"]  # from "old", where Run All leaves the toggle
 
 
 def test_unwired_copy_of_the_chart_fails_the_check(open_notebook, lab, lab_root, tmp_path):

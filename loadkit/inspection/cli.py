@@ -1,10 +1,11 @@
-"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]``.
+"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json] ...``.
 
 Exit status: 0 the checkpoint would load cleanly (without ``--model``: its headers are valid),
-1 it would not, 2 the input is unusable (a clear message on stderr; with ``--json`` also a JSON
-``{"error": ..., "exit_status": 2}`` on stdout). Without ``--model`` torch is never imported.
+1 it would not (or a folder's index disagrees with its shards), 2 nothing can be read or the
+command cannot run (a clear message on stderr; with ``--json`` also a JSON ``{"error": ...,
+"exit_status": 2}`` on stdout). Without ``--model`` torch is never imported.
 
-The arguments are parsed by hand: the grammar is four options, and argparse (with the gettext,
+The arguments are parsed by hand: the grammar is a dozen options, and argparse (with the gettext,
 locale and shutil it pulls in) costs more than reading a small checkpoint's headers does.
 """
 
@@ -14,7 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -51,6 +52,9 @@ options:
   --mapper RULES  WeightsMapper rules as JSON, or a JSON file's path, e.g.
                   '{{"orig_to_new_prefix": {{"model.": ""}}}}'; replaces the model's
                   hf_to_vllm_mapper
+  --model-arg KEY=VALUE
+                  a keyword argument for a callable --model (repeatable); VALUE is read
+                  as JSON when it parses (3, true, "x"), else as a string
   --json          print the report as one JSON document
   --tp N          also simulate N tensor-parallel ranks (meta device): what each rank
                   would hold (rows of each checkpoint key) and what cannot work (heads or
@@ -58,14 +62,30 @@ options:
   --limit N       rows per list in the text report (default 20)
   -h, --help      show this help and exit
 
-exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
-2 unusable input.
+rules (as the model's root AutoWeightsLoader applies them; each repeatable):
+  --skip-prefix P              skip names (after the mapper) starting with P
+  --ignore-unexpected-prefix P
+                               a name the model lacks is ignored when it starts with P
+  --ignore-unexpected-suffix S
+                               ... or when it ends with S
+  --allow-missing PATTERN      model tensors matching PATTERN (shell-style, e.g.
+                               'classifier.*') may stay unfilled
+  --strict-dtype               any dtype cast fails the load (by default only
+                               incompatible casts do: float into int, ...)
+  --probe                      report the pooling probe's verdicts for a model that is
+                               not a pooling one (a pooling model always gets them)
+
+exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
+folder's index disagrees with its shards: every problem is listed), 2 nothing can be read or
+the command cannot run (bad --model, --model-arg or --mapper).
 
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
   python -m loadkit inspect path/to/hf-checkpoint --model hf
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
+  python -m loadkit inspect bert --model mypkg:classifier --model-arg num_labels=3 \\
+      --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'
 """
 
 
@@ -91,13 +111,47 @@ class InspectArgs(NamedTuple):
     json: bool = False
     limit: int = 20
     tp: int | None = None
+    model_args: tuple[tuple[str, Any], ...] = ()
+    skip_prefixes: tuple[str, ...] = ()
+    ignore_unexpected_prefixes: tuple[str, ...] = ()
+    ignore_unexpected_suffixes: tuple[str, ...] = ()
+    allow_missing: tuple[str, ...] = ()
+    strict_dtype: bool = False
+    probe: bool = False
+
+
+_FLAGS = {"json", "strict-dtype", "probe"}  # options without a value
+_SINGLE = {"model", "mapper", "limit", "tp"}  # a repeated one: the last wins
+_REPEATED = {  # option -> InspectArgs field
+    "model-arg": "model_args",
+    "skip-prefix": "skip_prefixes",
+    "ignore-unexpected-prefix": "ignore_unexpected_prefixes",
+    "ignore-unexpected-suffix": "ignore_unexpected_suffixes",
+    "allow-missing": "allow_missing",
+}
+
+
+def model_arg(text: str) -> tuple[str, Any]:
+    """``--model-arg KEY=VALUE``: VALUE as JSON when it parses, else the string itself.
+
+    >>> model_arg("num_labels=3"), model_arg("name=bert"), model_arg("x=[1, 2]")
+    (('num_labels', 3), ('name', 'bert'), ('x', [1, 2]))
+    """
+    key, eq, value = text.partition("=")
+    if not eq or not key.isidentifier():
+        raise UsageError(f"argument --model-arg: expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:  # JSONDecodeError, or a number too long for int()
+        return key, value
 
 
 def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
     """Parse ``inspect``'s arguments; ``None`` when help was asked for (and printed)."""
     values: dict[str, str] = {}
+    lists: dict[str, list[Any]] = {field: [] for field in _REPEATED.values()}
+    flags: set[str] = set()
     positional: list[str] = []
-    as_json = False
     args = list(argv)
     i = 0
     while i < len(args):
@@ -109,19 +163,22 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
         if arg in ("-h", "--help"):
             print(inspect_help(), end="")
             return None
-        if arg == "--json":
-            as_json = True
-            continue
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
-            if name not in ("model", "mapper", "limit", "tp"):
+            if name in _FLAGS and not eq:
+                flags.add(name)
+                continue
+            if name not in _SINGLE and name not in _REPEATED:
                 raise UsageError(f"unrecognized argument: {arg}")
             if not eq:
                 if i >= len(args):
                     raise UsageError(f"argument --{name}: expected one argument")
                 value = args[i]
                 i += 1
-            values[name] = value  # a repeated option: the last one wins
+            if name in _REPEATED:
+                lists[_REPEATED[name]].append(model_arg(value) if name == "model-arg" else value)
+            else:
+                values[name] = value
             continue
         if arg.startswith("-") and arg != "-":
             raise UsageError(f"unrecognized argument: {arg}")
@@ -147,7 +204,15 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
                 "argument --tp: needs --model (what a rank holds depends on its layers)"
             )
     return InspectArgs(
-        positional[0], values.get("model"), values.get("mapper"), as_json, max(limit, 1), tp
+        positional[0],
+        values.get("model"),
+        values.get("mapper"),
+        "json" in flags,
+        max(limit, 1),
+        strict_dtype="strict-dtype" in flags,
+        probe="probe" in flags,
+        tp=tp,
+        **{field: tuple(items) for field, items in lists.items()},
     )
 
 
@@ -161,7 +226,17 @@ def _fail(message: str, as_json: bool) -> int:
 def inspect_command(args: InspectArgs) -> int:
     from loadkit.errors import LoadkitError
     from loadkit.inspection.inspector import inspect_checkpoint
+    from loadkit.inspection.options import LoadRules
 
+    rules = LoadRules(
+        args.skip_prefixes,
+        args.ignore_unexpected_prefixes,
+        args.ignore_unexpected_suffixes,
+        args.allow_missing,
+        args.strict_dtype,
+    )
+    if args.model is None and (args.model_args or rules != LoadRules() or args.probe):
+        return _fail("--model-arg, the load rules and --probe need a --model", args.json)
     try:
         report = inspect_checkpoint(
             args.checkpoint,
@@ -169,6 +244,9 @@ def inspect_command(args: InspectArgs) -> int:
             mapper=args.mapper,
             mapper_label="--mapper",
             tp=args.tp,
+            rules=rules,
+            model_args=dict(args.model_args),
+            probe=True if args.probe else None,
         )
     except LoadkitError as exc:
         return _fail(str(exc), args.json)

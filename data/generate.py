@@ -111,7 +111,20 @@ def nemotron_h(out_dir: Path) -> list[Path]:
     return written
 
 
-WRITERS = {"gemma4_like": gemma4_like, "plamo2": plamo2, "nemotron_h": nemotron_h}
+def llama_like(out_dir: Path) -> list[Path]:
+    """``llama_like/model.safetensors``: the default config, seed 0, written tensor by tensor."""
+    from loadkit.models.llama import DATA_DIR_NAME, LlamaLikeConfig, write_checkpoint
+
+    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    return [write_checkpoint(path, LlamaLikeConfig())]
+
+
+WRITERS = {
+    "gemma4_like": gemma4_like,
+    "plamo2": plamo2,
+    "nemotron_h": nemotron_h,
+    "llama_like": llama_like,
+}
 
 
 def generate(out_dir: Path) -> list[Path]:

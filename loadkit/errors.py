@@ -148,6 +148,21 @@ class MissingShardIdError(LoadkitError):
     """A packed parameter got a tensor without (or with an unknown) ``shard_id``."""
 
 
+# --- tensor parallelism (SPEC 12) -----------------------------------------------------------------
+
+
+class TensorParallelError(LoadkitError):
+    """A tensor-parallel setup that cannot work, or a rank that failed."""
+
+
+class NotDivisibleError(TensorParallelError):
+    """A size that must split evenly across ranks does not."""
+
+
+class ShardIdError(LoadkitError):
+    """A packed tensor-parallel layer got a tensor without a shard id it knows."""
+
+
 # --- layerwise reload (SPEC 6) -------------------------------------------------------------------
 
 

@@ -441,6 +441,7 @@ def test_json_round_trip_has_every_section(tmp_path):
         "model",
         "probe",
         "load",
+        "tensor_parallel",
         "suggested_fix",
         "clean",
         "exit_status",

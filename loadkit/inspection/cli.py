@@ -19,7 +19,9 @@ from typing import Any, NamedTuple
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
 
-USAGE = "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]"
+USAGE = (
+    "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--tp N] [--json]"
+)
 MAIN_HELP = f"""{USAGE}
 
 See where a checkpoint's names meet a model's names, before loading.
@@ -54,6 +56,9 @@ options:
                   a keyword argument for a callable --model (repeatable); VALUE is read
                   as JSON when it parses (3, true, "x"), else as a string
   --json          print the report as one JSON document
+  --tp N          also simulate N tensor-parallel ranks (meta device): what each rank
+                  would hold (rows of each checkpoint key) and what cannot work (heads or
+                  intermediate size not divisible, kv heads replicated, vocabulary padding)
   --limit N       rows per list in the text report (default 20)
   -h, --help      show this help and exit
 
@@ -105,6 +110,7 @@ class InspectArgs(NamedTuple):
     mapper: str | None = None
     json: bool = False
     limit: int = 20
+    tp: int | None = None
     model_args: tuple[tuple[str, Any], ...] = ()
     skip_prefixes: tuple[str, ...] = ()
     ignore_unexpected_prefixes: tuple[str, ...] = ()
@@ -115,7 +121,7 @@ class InspectArgs(NamedTuple):
 
 
 _FLAGS = {"json", "strict-dtype", "probe"}  # options without a value
-_SINGLE = {"model", "mapper", "limit"}  # a repeated one: the last wins
+_SINGLE = {"model", "mapper", "limit", "tp"}  # a repeated one: the last wins
 _REPEATED = {  # option -> InspectArgs field
     "model-arg": "model_args",
     "skip-prefix": "skip_prefixes",
@@ -185,6 +191,18 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
         limit = int(values.get("limit", "20"))
     except ValueError:
         raise UsageError(f"argument --limit: invalid int value: {values['limit']!r}") from None
+    tp = None
+    if "tp" in values:
+        try:
+            tp = int(values["tp"])
+        except ValueError:
+            raise UsageError(f"argument --tp: invalid int value: {values['tp']!r}") from None
+        if tp < 1:
+            raise UsageError(f"argument --tp: must be at least 1, not {tp}")
+        if values.get("model") is None:
+            raise UsageError(
+                "argument --tp: needs --model (what a rank holds depends on its layers)"
+            )
     return InspectArgs(
         positional[0],
         values.get("model"),
@@ -193,6 +211,7 @@ def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
         max(limit, 1),
         strict_dtype="strict-dtype" in flags,
         probe="probe" in flags,
+        tp=tp,
         **{field: tuple(items) for field, items in lists.items()},
     )
 
@@ -224,6 +243,7 @@ def inspect_command(args: InspectArgs) -> int:
             model=args.model,
             mapper=args.mapper,
             mapper_label="--mapper",
+            tp=args.tp,
             rules=rules,
             model_args=dict(args.model_args),
             probe=True if args.probe else None,

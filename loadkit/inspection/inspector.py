@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
-from loadkit.errors import MapperConfigError
+from loadkit.errors import LoadkitError, MapperConfigError
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.render import render_report
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
+    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
@@ -71,6 +72,7 @@ class InspectReport:
         model: ModelSummary | None = None,
         probe: dict[str, ProbeVerdict] | None = None,
         load: LoadReport | None = None,
+        tensor_parallel: TPReport | None = None,
         fix: SuggestedFix | None = None,
     ) -> None:
         self.checkpoint = checkpoint
@@ -78,6 +80,7 @@ class InspectReport:
         self.model = model
         self.probe = probe
         self.load = load
+        self.tensor_parallel = tensor_parallel
         self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
 
@@ -111,15 +114,18 @@ class InspectReport:
     @property
     def exit_status(self) -> int:
         """0: loads cleanly (or no model to load into: the headers and index are consistent);
-        1: it would not, or the index disagrees with the shards."""
-        return 1 if self.clean is False or self.checkpoint.failing else 0
+        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
+        not hold it."""
+        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
+        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
 
     def problems(self) -> list[str]:
         """Short descriptions of what keeps the checkpoint from loading cleanly."""
         out = []
         if self.checkpoint.failing:
             out.append(f"{len(self.checkpoint.failing)} index problem(s)")
-        return out + (self.load.problems() if self.load is not None else [])
+        out += self.load.problems() if self.load is not None else []
+        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +136,7 @@ class InspectReport:
             "model": self.model.as_dict() if self.model else None,
             "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
+            "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
@@ -262,6 +269,7 @@ def inspect_checkpoint(
     model_args: Mapping[str, Any] | None = None,
     probe: bool | None = None,
     suggest: bool = True,
+    tp: int | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
@@ -278,6 +286,8 @@ def inspect_checkpoint(
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
+            what each would hold and what cannot work (``report.tensor_parallel``).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -302,6 +312,8 @@ def inspect_checkpoint(
     user_mapper = None if mapper is None else parse_mapper(mapper)
     names = [t.name for t in infos]
     if model is None:
+        if tp is not None:
+            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
         if user_mapper is not None:
             report.mapper = mapper_report(user_mapper, names, mapper_label)
         return report
@@ -365,4 +377,16 @@ def inspect_checkpoint(
             ).report
 
         report.fix = suggest_fix(report.load, used, retry)
+    if tp is not None:
+        from torch import nn as _nn
+
+        from loadkit.parallel.plan import tp_report
+
+        if isinstance(model, _nn.Module):
+            raise LoadkitError(
+                "tp needs a model name, spec or callable: a built module cannot be rebuilt "
+                "for each rank's share"
+            )
+        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck.path)[0]  # noqa: E731
+        report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
+    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 
@@ -30,6 +31,7 @@ class Report(Protocol):
     probe: dict[str, ProbeVerdict] | None
     load: LoadReport | None
     fix: SuggestedFix | None
+    tensor_parallel: TPReport | None
 
     @property
     def folded_layout(self) -> LayoutNode: ...
@@ -307,7 +309,11 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
         majority = _torch_name(major) if major else None
         lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
+    tp = r.tensor_parallel
+    if tp is not None:
+        lines += ["", *tp.render(limit)]
     lines.append("")
+    tp_problems = tp.problems() if tp is not None else []
     if r.clean is None and r.checkpoint.failing:
         lines.append(
             f"verdict: the index disagrees with its shards: {'; '.join(r.problems())}; no model "
@@ -315,8 +321,9 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         )
     elif r.clean is None:
         lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
-    elif r.clean:
-        lines.append("verdict: would load cleanly (exit 0)")
+    elif r.clean and not tp_problems:
+        where = f" on each of {tp.tp} ranks" if tp is not None else ""
+        lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
         lines.append(f"verdict: would NOT load: {'; '.join(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.result.clean:

@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "gemma4-like": "loadkit.models.gemma4:Gemma4ForConditionalGeneration",
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
+    "llama-like": "loadkit.models.llama:LlamaForCausalLM",
 }
 
 

@@ -24,7 +24,12 @@ HEADER_ONLY = "(header only)"
 # Preferred first: the pooling-probe checkpoint shows the old/new verdicts side by side.
 PREFERRED = ("gemma4_like", "plamo2/untied.safetensors", "nemotron_h")
 # Which built-in model reads which data/ folder.
-MODEL_FOR_FOLDER = {"gemma4_like": "gemma4-like", "plamo2": "plamo2", "nemotron_h": "nemotron-h"}
+MODEL_FOR_FOLDER = {
+    "gemma4_like": "gemma4-like",
+    "plamo2": "plamo2",
+    "nemotron_h": "nemotron-h",
+    "llama_like": "llama-like",
+}
 
 
 def shown_path(path: str | os.PathLike[str]) -> str:

@@ -36,10 +36,12 @@ MiB = 2**20
 def ensure_checkpoint(path: Path) -> None:
     if path.exists():
         return
+    from llama_checkpoint import PRESETS  # beside this script
+
     from loadkit.models import llama
 
     print(f"writing {path} (once; data/big/ is ignored by git)", file=sys.stderr)
-    llama.write_checkpoint(path, llama.PRESETS["bench"], progress=True)
+    llama.write_checkpoint(path, PRESETS["bench"], progress=True)
 
 
 def warm_page_cache(path: Path) -> None:

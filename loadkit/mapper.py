@@ -302,6 +302,12 @@ class WeightsMapper:
     def apply_list(self, names: Iterable[str]) -> list[str]:
         """``map_name`` over ``names``, dropped names left out.
 
+        Args:
+            names: checkpoint names.
+
+        Returns:
+            The mapped names, in order, without the ones a rule maps to ``None``.
+
         >>> WeightsMapper(orig_to_new_substr={"x": None}).apply_list(["a", "x.b", "c"])
         ['a', 'c']
         """
@@ -309,6 +315,12 @@ class WeightsMapper:
 
     def apply_dict(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The mapping with its keys mapped (dropped keys left out; a later key wins).
+
+        Args:
+            values: checkpoint name -> anything (a state dict, a quantisation config's entries).
+
+        Returns:
+            A new dict keyed by the mapped names; when two keys map to one name, the later wins.
 
         >>> WeightsMapper(orig_to_new_prefix={"m.": ""}).apply_dict({"m.a": 1, "a": 2})
         {'a': 2}
@@ -322,6 +334,12 @@ class WeightsMapper:
 
     def __or__(self, other: WeightsMapper) -> WeightsMapper:
         """Both mappers' rules, field by field; ``other`` wins on a shared key.
+
+        Args:
+            other: the mapper whose rules are added (and win where both have the same key).
+
+        Returns:
+            A new ``WeightsMapper``; renaming objects are concatenated, ``self``'s first.
 
         >>> a = WeightsMapper(orig_to_new_regex={"x": "y"})
         >>> (a | WeightsMapper(orig_to_new_prefix={"p.": ""})).map_name("p.x")  # regex kept

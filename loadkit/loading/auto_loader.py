@@ -293,6 +293,12 @@ class AutoWeightsLoader:
         Returns:
             The fully qualified names loaded (never the skipped or ignored ones). A name the
             model does not have raises ``UnknownNameError`` with the nearest existing names.
+
+        >>> from loadkit import WeightsMapper
+        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False))
+        >>> mapper = WeightsMapper(orig_to_new_prefix={"model.": ""})
+        >>> AutoWeightsLoader(model).load_weights([("model.0.weight", torch.eye(2))], mapper=mapper)
+        {'0.weight'}
         """
         self.ledger = LoadLedger(self.module, self.observer)
         remember(self.module, self.ledger)

@@ -1,4 +1,5 @@
-"""What the built-in models share: the packed ``shard_id`` loader, RMSNorm, header look-ups.
+"""What the built-in models share: the packed ``shard_id`` loader, RMSNorm, header look-ups,
+and where their committed checkpoints are.
 
 One of each, so the three models cannot disagree on what a packed parameter, a norm or a
 missing header key means.
@@ -7,6 +8,7 @@ missing header key means.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
@@ -18,6 +20,11 @@ from loadkit.mapper import ShardId
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
+
+# The repository's data/ folder (beside the package in a source checkout): the committed small
+# checkpoints, written by data/generate.py. The one place that knows where it is.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "data"
 
 
 # --- packed parameters ---------------------------------------------------------------------------

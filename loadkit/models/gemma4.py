@@ -22,7 +22,6 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,12 +33,12 @@ from loadkit.errors import LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import set_weight_attrs
 from loadkit.mapper import ShardId, WeightsMapper
-from loadkit.models._common import HeaderShapes, packed_weight_loader, shard_rows
+from loadkit.models._common import DATA_DIR, HeaderShapes, packed_weight_loader, shard_rows
+from loadkit.models._common import REPO_ROOT as REPO_ROOT  # the stories strip it from paths
 from loadkit.models.dyadic import dyadic_uniform
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_NAME = "gemma4_like"
-DATA_CHECKPOINT = REPO_ROOT / "data" / DATA_DIR_NAME / "model.safetensors"
+DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 
 TEXT_CKPT = "model.language_model."
 TEXT_PARAM = "language_model.model."
@@ -452,7 +451,17 @@ def load_mapper(config: Gemma4Config) -> WeightsMapper:
 
 
 class Gemma4ForConditionalGeneration(nn.Module):
-    """Parameters ``language_model.model.*``; checkpoint keys ``model.language_model.*``."""
+    """Parameters ``language_model.model.*``; checkpoint keys ``model.language_model.*`` (SPEC 7).
+
+    ``hf_to_vllm_mapper`` maps the one to the other (the pooling probe reads it); q/k/v and
+    gate/up load into packed parameters.
+
+    >>> from loadkit import open_checkpoint
+    >>> ck = open_checkpoint("data/gemma4_like/model.safetensors")
+    >>> model = Gemma4ForConditionalGeneration(config_from_checkpoint(ck.tensors))
+    >>> len(ck.tensors), len(model.load_weights(ck.weights()))  # 73 keys fill 61 tensors
+    (73, 61)
+    """
 
     hf_to_vllm_mapper = GEMMA4_MAPPER
 

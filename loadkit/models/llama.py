@@ -14,13 +14,12 @@ full logits. ``config_from_checkpoint`` sizes the model from a header alone.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
 import re
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -33,6 +32,7 @@ from loadkit.checkpoint import dtypes
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError
+from loadkit.models._common import DATA_DIR, RMSNorm
 from loadkit.parallel.linear import (
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -48,9 +48,8 @@ from loadkit.parallel.vocab import (
 )
 from loadkit.vocab import Behaviour
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_NAME = "llama_like"
-DATA_CHECKPOINT = REPO_ROOT / "data" / DATA_DIR_NAME / "model.safetensors"
+DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 
 # Upstream's LlamaModel.hf_to_vllm_mapper (vLLM 0.28.0): q/k/v and gate/up land in packed
 # parameters, each tensor tagged with its shard id.
@@ -261,12 +260,6 @@ def write_checkpoint(
     )
 
 
-def write_data_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """The tiny checkpoint committed in ``data/llama_like/`` (default config, seed 0)."""
-    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
-    return [write_checkpoint(path, LlamaLikeConfig())]
-
-
 def layout_bytes(config: LlamaLikeConfig) -> int:
     itemsize = dtypes.itemsize(dtypes.safetensors_dtype(config.dtype))
     return sum(math.prod(s) * itemsize for _, s in checkpoint_layout(config))
@@ -327,20 +320,6 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> LlamaLikeConfig
 # --- the model side ------------------------------------------------------------------------------
 
 
-class RMSNorm(nn.Module):
-    """Replicated on every rank: ``x / rms(x) * weight``, computed in float32."""
-
-    def __init__(self, size: int, eps: float, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(size, dtype=dtype), requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * x32).to(x.dtype)
-
-
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary position embedding, neox style (the two halves of each head rotate together)."""
     half = x.shape[-1] // 2
@@ -373,8 +352,8 @@ class LlamaAttention(nn.Module):
         )
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
-        self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
-        self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
+        self.q_norm = RMSNorm(c.head_dim, eps=c.rms_norm_eps, dtype=dt)
+        self.k_norm = RMSNorm(c.head_dim, eps=c.rms_norm_eps, dtype=dt)
         self.o_proj = RowParallelLinear(
             c.num_attention_heads * c.head_dim,
             c.hidden_size,
@@ -431,9 +410,11 @@ class LlamaDecoderLayer(nn.Module):
         self, c: LlamaLikeConfig, prefix: str, rank_behaviour: Behaviour, kv_behaviour: Behaviour
     ) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.torch_dtype)
+        self.input_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps, dtype=c.torch_dtype)
         self.self_attn = LlamaAttention(c, f"{prefix}.self_attn", rank_behaviour, kv_behaviour)
-        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.torch_dtype)
+        self.post_attention_layernorm = RMSNorm(
+            c.hidden_size, eps=c.rms_norm_eps, dtype=c.torch_dtype
+        )
         self.mlp = LlamaMLP(c, f"{prefix}.mlp", rank_behaviour)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -453,7 +434,7 @@ class LlamaModel(nn.Module):
             LlamaDecoderLayer(c, f"model.layers.{i}", rank_behaviour, kv_behaviour)
             for i in range(c.num_hidden_layers)
         )
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.torch_dtype)
+        self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps, dtype=c.torch_dtype)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
@@ -505,40 +486,3 @@ class LlamaForCausalLM(nn.Module):
         loaded = loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
         self.ledger = loader.ledger
         return loaded
-
-
-PRESETS = {
-    "tiny": LlamaLikeConfig(),
-    # About 1 GiB in float32 (258 tensors, the largest the 32 MiB vocabulary tables): the memory
-    # benchmark's checkpoint.
-    "bench": LlamaLikeConfig(
-        vocab_size=8192,
-        hidden_size=1024,
-        intermediate_size=4096,
-        num_hidden_layers=17,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=128,
-        attention_bias=True,
-    ),
-}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m loadkit.models.llama",
-        description="Write a Llama-like safetensors checkpoint, tensor by tensor, with progress.",
-    )
-    ap.add_argument("out", type=Path, help="the .safetensors file to write")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="bench")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    config = PRESETS[args.preset]
-    n = len(checkpoint_layout(config))
-    print(f"{n} tensors, {layout_bytes(config) / 2**30:.3f} GiB -> {args.out}")
-    write_checkpoint(args.out, config, seed=args.seed, progress=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

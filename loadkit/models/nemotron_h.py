@@ -236,7 +236,17 @@ class NemotronHModel(nn.Module):
 
 
 class NemotronHForCausalLM(nn.Module):
-    """The model; ``load_weights`` takes Hugging Face checkpoint names."""
+    """The model; ``load_weights`` takes Hugging Face checkpoint names (SPEC 7).
+
+    Each mamba mixer's ``A`` loads from ``A_log`` through ``composed_weight_loader`` (as
+    ``-exp``), and its ``A``, ``dt_bias`` and ``D`` have equal sizes; q/k/v pack into ``qkv_proj``.
+
+    >>> from loadkit import open_checkpoint
+    >>> ck = open_checkpoint("data/nemotron_h/initial.safetensors")
+    >>> model = NemotronHForCausalLM(config_from_checkpoint(ck.tensors))
+    >>> len(ck.tensors), len(model.load_weights(ck.weights()))  # q, k, v -> one qkv_proj
+    (50, 48)
+    """
 
     hf_to_vllm_mapper = WeightsMapper(
         orig_to_new_prefix={"backbone": "model", "mtp": None},

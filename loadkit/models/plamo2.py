@@ -392,7 +392,22 @@ class Plamo2ForCausalLM(nn.Module):
         self.load_trace: list[NameStep] = []  # the old loader's steps (the new one's are inner)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str] | None:
-        """Load checkpoint-named weights. ``"old"`` returns ``None``, as upstream did before."""
+        """Load checkpoint-named weights (SPEC 7), the way ``self.behaviour`` says.
+
+        Args:
+            weights: ``(checkpoint name, tensor)`` pairs, e.g. ``open_checkpoint(p).weights()``.
+
+        Returns:
+            The qualified names loaded; ``None`` under ``"old"``, as upstream returned before
+            #41699. Either way ``ledger_of(self)`` tells where every name went.
+
+        >>> from loadkit import open_checkpoint
+        >>> from loadkit.loading.ledger import ledger_of
+        >>> model = Plamo2ForCausalLM(Plamo2Config(tie_word_embeddings=False))
+        >>> loaded = model.load_weights(open_checkpoint("data/plamo2/untied.safetensors").weights())
+        >>> len(loaded), "model.norm.weight" in loaded, ledger_of(model).never_loaded
+        (30, True, [])
+        """
         if self.behaviour == "old":
             self._load_weights_old(weights)
             return None

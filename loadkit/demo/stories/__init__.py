@@ -4,7 +4,5 @@ Each module exposes ``main_records() -> dict[str, Record]``: exactly the records
 main old/new toggle swaps between.
 """
 
-from pathlib import Path
-
 # The repository's data/ folder: the committed checkpoints the stories load.
-DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+from loadkit.models._common import DATA_DIR as DATA_DIR

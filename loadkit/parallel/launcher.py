@@ -122,17 +122,23 @@ class _Bars:
     def update(self, store: Any, job: int) -> None:
         from tqdm import tqdm
 
-        if job != self.job:  # a new job streams the checkpoint again: fresh bars
-            for bar in self.bars:
-                bar.close()
-            name = self.spec.jobs[job].name
+        # A new job streams the checkpoint again: fresh bars. A job may finish between two polls
+        # (a small checkpoint loads in a blink), so each earlier job's bars are brought to their
+        # final counts before they close, and a job never polled still gets its bars.
+        while self.job < job:
+            self._poll(store)
+            self.close()
+            self.job += 1
+            name = self.spec.jobs[self.job].name
             self.bars = [
                 tqdm(total=self.total, unit="B", unit_scale=True, desc=f"{name} rank {r}")
                 for r in range(self.spec.tp)
             ]
-            self.job = job
+        self._poll(store)
+
+    def _poll(self, store: Any) -> None:
         for r, bar in enumerate(self.bars):
-            done = store.add(f"progress/{job}/{r}", 0)
+            done = store.add(f"progress/{self.job}/{r}", 0)
             bar.update(max(done - bar.n, 0))
 
     def close(self) -> None:

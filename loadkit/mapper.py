@@ -63,6 +63,13 @@ class WeightsMapper:
         # Validate at build time: upstream only fails (or silently misbehaves) at use.
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
+            if not isinstance(pattern, (str, re.Pattern)) or not (
+                repl is None or isinstance(repl, str)
+            ):
+                raise MapperConfigError(
+                    f"WeightsMapper: orig_to_new_regex rules map a pattern to a str or None, "
+                    f"not {pattern!r}: {repl!r}"
+                )
             rx = _compile(pattern)
             if repl is not None:
                 try:
@@ -81,7 +88,10 @@ class WeightsMapper:
                     "use orig_to_new_prefix={'': ...} to prepend, or a regex"
                 )
         for key, value in self.orig_to_new_stacked.items():
-            if value is not None and not (isinstance(value, tuple) and len(value) == 2):
+            if not isinstance(key, str) or (
+                value is not None
+                and not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str))
+            ):
                 raise MapperConfigError(
                     f"WeightsMapper: orig_to_new_stacked[{key!r}] must be (new_substr, shard_id) "
                     f"or None, not {value!r}"
@@ -211,5 +221,12 @@ class WeightsMapper:
                 raise MapperConfigError(f"WeightsMapper: {fname} must be an object of rules")
             if fname == "orig_to_new_stacked":
                 table = {k: (tuple(v) if isinstance(v, list) else v) for k, v in table.items()}
+                for key, value in table.items():
+                    shard_id = value[1] if isinstance(value, tuple) and len(value) == 2 else 0
+                    if isinstance(shard_id, bool) or not isinstance(shard_id, (int, str)):
+                        raise MapperConfigError(
+                            f"WeightsMapper: orig_to_new_stacked[{key!r}]: a shard id is an "
+                            f"int or a str, not {shard_id!r}"
+                        )
             kwargs[fname] = dict(table)
         return cls(**kwargs)

@@ -180,7 +180,7 @@ def parse_metadata(text: str | None) -> dict[str, str]:
 def _found(text: str, pos: int) -> str:
     if pos >= len(text):
         return "found the end of the header"
-    return f"found {text[pos:pos + 20]!r} at character {pos}"
+    return f"found {text[pos : pos + 20]!r} at character {pos}"
 
 
 def _too_long(chars: int) -> str:
@@ -201,8 +201,7 @@ def _key(text: str, pos: int) -> tuple[str, int]:
     m = _STRING.match(text, pos)
     if m is None:
         what = (
-            "a name is not a valid JSON string (control character, bad escape or lone "
-            "surrogate)"
+            "a name is not a valid JSON string (control character, bad escape or lone surrogate)"
             if text.startswith('"', pos)
             else "expected a tensor name"
         )

@@ -1,131 +1,119 @@
-"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]``.
+"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json] [--debug]``.
 
 Exit status: 0 the checkpoint would load cleanly (without ``--model``: its headers are valid),
-1 it would not, 2 the input is unusable (a clear message on stderr; with ``--json`` also a JSON
-``{"error": ..., "exit_status": 2}`` on stdout). Without ``--model`` torch is never imported.
-
-The arguments are parsed by hand: the grammar is four options, and argparse (with the gettext,
-locale and shutil it pulls in) costs more than reading a small checkpoint's headers does.
+1 it would not, 2 the command could not run on this input (a clear one-line message on stderr;
+with ``--json`` also a JSON ``{"error": ..., "exit_status": 2}`` on stdout), 3 an unexpected
+internal error (one line; the traceback only with ``--debug``). Without ``--model`` torch is
+never imported. Names and paths are printed escaped: a control character in a tensor name never
+reaches the terminal raw.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import NamedTuple
 
-EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT = 0, 1, 2
-BUILTIN_NAMES = "gemma4-like, plamo2, nemotron-h"  # loadkit.models.registry.BUILTIN (tested)
+from loadkit.errors import printable
+from loadkit.models.registry import BUILTIN
 
-USAGE = "usage: python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json]"
-MAIN_HELP = f"""{USAGE}
+EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # as shells report SIGINT
 
-See where a checkpoint's names meet a model's names, before loading.
+BUILTIN_NAMES = ", ".join(BUILTIN)
 
-commands:
-  inspect   report a checkpoint's layout, and how it would load into a model
-            (python -m loadkit inspect --help)
-"""
-INSPECT_HELP = f"""{USAGE} [--limit N]
-
+INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
 prefix), dtypes and shards. With --model, a load simulated on the meta device: which mapper rule
 fired for which key, the pooling probe's verdict (old and new), unexpected and missing names with
-the nearest names, shape mismatches and dtype casts.
+the nearest names, shape mismatches and dtype casts."""
 
-positional arguments:
-  CHECKPOINT      a .safetensors file, a folder of shards, or a folder with
-                  model.safetensors.index.json
-
-options:
-  --model SPEC    a built-in model ({BUILTIN_NAMES}; sized from the checkpoint's
-                  shapes) or 'package.module:callable' (or 'file.py:callable') returning an
-                  nn.Module, built on the meta device
-  --mapper RULES  WeightsMapper rules as JSON, or a JSON file's path, e.g.
-                  '{{"orig_to_new_prefix": {{"model.": ""}}}}'; replaces the model's
-                  hf_to_vllm_mapper
-  --json          print the report as one JSON document
-  --limit N       rows per list in the text report (default 20)
-  -h, --help      show this help and exit
-
+INSPECT_EPILOG = """\
 exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
-2 unusable input.
+2 could not run on this input (unreadable checkpoint, bad --model or --mapper, bad arguments),
+3 internal error (a bug: rerun with --debug for the traceback).
 
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
-  python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
-"""
+  python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json"""
 
 
-class UsageError(Exception):
-    """Bad command-line arguments (exit status 2, like argparse)."""
-
-
-class InspectArgs(NamedTuple):
-    checkpoint: str
-    model: str | None = None
-    mapper: str | None = None
-    json: bool = False
-    limit: int = 20
-
-
-def parse_inspect(argv: Sequence[str]) -> InspectArgs | None:
-    """Parse ``inspect``'s arguments; ``None`` when help was asked for (and printed)."""
-    values: dict[str, str] = {}
-    positional: list[str] = []
-    as_json = False
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            positional += args[i:]
-            break
-        if arg in ("-h", "--help"):
-            print(INSPECT_HELP, end="")
-            return None
-        if arg == "--json":
-            as_json = True
-            continue
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if name not in ("model", "mapper", "limit"):
-                raise UsageError(f"unrecognized argument: {arg}")
-            if not eq:
-                if i >= len(args):
-                    raise UsageError(f"argument --{name}: expected one argument")
-                value = args[i]
-                i += 1
-            values[name] = value  # a repeated option: the last one wins
-            continue
-        if arg.startswith("-") and arg != "-":
-            raise UsageError(f"unrecognized argument: {arg}")
-        positional.append(arg)
-    if not positional:
-        raise UsageError("the following arguments are required: CHECKPOINT")
-    if len(positional) > 1:
-        raise UsageError(f"unrecognized arguments: {' '.join(positional[1:])}")
+def _positive_int(text: str) -> int:
     try:
-        limit = int(values.get("limit", "20"))
+        value = int(text)
     except ValueError:
-        raise UsageError(f"argument --limit: invalid int value: {values['limit']!r}") from None
-    return InspectArgs(
-        positional[0], values.get("model"), values.get("mapper"), as_json, max(limit, 1)
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    return max(value, 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m loadkit`` parser (one command: ``inspect``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m loadkit",
+        description="See where a checkpoint's names meet a model's names, before loading.",
     )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    inspect = commands.add_parser(
+        "inspect",
+        help="report a checkpoint's layout, and how it would load into a model",
+        description=INSPECT_DESCRIPTION,
+        epilog=INSPECT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inspect.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a .safetensors file, a folder of shards, or a folder with "
+        "model.safetensors.index.json",
+    )
+    inspect.add_argument(
+        "--model",
+        metavar="SPEC",
+        help=f"a built-in model ({BUILTIN_NAMES}; sized from the checkpoint's shapes) or "
+        "'package.module:callable' (or 'file.py:callable') returning an nn.Module, built on "
+        "the meta device",
+    )
+    inspect.add_argument(
+        "--mapper",
+        metavar="RULES",
+        help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
+        '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
+    )
+    inspect.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    inspect.add_argument(
+        "--limit",
+        metavar="N",
+        type=_positive_int,
+        default=20,
+        help="rows per list in the text report (default 20)",
+    )
+    inspect.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an internal error, print the traceback (exit status 3 either way)",
+    )
+    return parser
 
 
-def _fail(message: str, as_json: bool) -> int:
-    print(f"loadkit inspect: error: {message}", file=sys.stderr)
+def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
+    """``inspect``'s arguments (``argv`` without the command), as ``main`` parses them."""
+    return build_parser().parse_args(["inspect", *argv])
+
+
+def _fail(message: str, status: int, as_json: bool) -> int:
+    line = printable(message)
+    print(f"loadkit inspect: {'error' if status == EXIT_BAD_INPUT else 'internal error'}: {line}",
+          file=sys.stderr)  # fmt: skip
     if as_json:
-        print(json.dumps({"error": message, "exit_status": EXIT_BAD_INPUT}))
-    return EXIT_BAD_INPUT
+        print(json.dumps({"error": message, "exit_status": status}))
+    return status
 
 
-def inspect_command(args: InspectArgs) -> int:
+def inspect_command(args: argparse.Namespace) -> int:
     from loadkit.errors import LoadkitError
     from loadkit.inspection.inspector import inspect_checkpoint
 
@@ -133,9 +121,9 @@ def inspect_command(args: InspectArgs) -> int:
         report = inspect_checkpoint(
             args.checkpoint, model=args.model, mapper=args.mapper, mapper_label="--mapper"
         )
+        text = report.to_json() if args.json else report.render(limit=args.limit)
     except LoadkitError as exc:
-        return _fail(str(exc), args.json)
-    text = report.to_json() if args.json else report.render(limit=args.limit)
+        return _fail(str(exc), EXIT_BAD_INPUT, args.json)
     try:
         print(text)
         sys.stdout.flush()
@@ -145,20 +133,20 @@ def inspect_command(args: InspectArgs) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``python -m loadkit`` with ``argv``; returns the exit status (never raises)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if not argv:
-            raise UsageError("the following arguments are required: COMMAND")
-        command, rest = argv[0], argv[1:]
-        if command in ("-h", "--help"):
-            print(MAIN_HELP, end="")
-            return EXIT_CLEAN
-        if command != "inspect":
-            raise UsageError(f"unknown command {command!r} (choose from 'inspect')")
-        args = parse_inspect(rest)
-    except UsageError as exc:
-        print(f"{USAGE}\npython -m loadkit: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args is None:
-        return EXIT_CLEAN
-    return inspect_command(args)
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    try:
+        return inspect_command(args)
+    except KeyboardInterrupt:
+        print("loadkit inspect: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:  # a bug, or user code that escaped every check: one line
+        if args.debug:
+            traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+        hint = "" if args.debug else " (rerun with --debug for the traceback)"
+        return _fail(message + hint, EXIT_INTERNAL, args.json)

@@ -8,11 +8,16 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from loadkit.errors import printable
 from loadkit.inspection.layout import fmt_bytes
 
 if TYPE_CHECKING:
     from loadkit.inspection.inspector import InspectReport, LoadReport
     from loadkit.pooling.probe import ProbeVerdict
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(printable(n) for n in names)
 
 
 def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> list[str]:
@@ -26,18 +31,18 @@ def _checkpoint(r: InspectReport) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
-        f"checkpoint  {c.path}",
+        f"checkpoint  {printable(c.path)}",
         f"  {len(c.files)} file(s), {n} tensors, {fmt_bytes(c.total_bytes)}",
         "  dtypes  "
         + ", ".join(f"{d} {k} tensors ({fmt_bytes(b)})" for d, (k, b) in c.dtypes.items()),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path):
-        width = max(len(os.path.basename(s.file)) for s in c.files)
+        names = [printable(os.path.basename(s.file)) for s in c.files]
+        width = max(map(len, names), default=0)
         lines.append("  shards")
         lines += [
-            f"    {os.path.basename(s.file).ljust(width)}  {s.tensors:>6} tensors  "
-            f"{fmt_bytes(s.nbytes):>10}"
-            for s in c.files
+            f"    {name.ljust(width)}  {s.tensors:>6} tensors  {fmt_bytes(s.nbytes):>10}"
+            for name, s in zip(names, c.files, strict=True)
         ]
     return lines
 
@@ -51,16 +56,17 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         f"{m.unchanged} unchanged"
     ]
     if m.note:
-        lines.append(f"  note: {m.note}")
+        lines.append(f"  note: {printable(m.note)}")
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"
         lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
         if use.example:
-            lines.append(f"           e.g. {use.example[0]} -> {use.example[1]}")
+            before, after = (printable(str(x)) for x in use.example)
+            lines.append(f"           e.g. {before} -> {after}")
     if m.dropped:
         lines.append(f"  dropped keys ({len(m.dropped)})")
-        rows = [f"    {k}  ({rule})" for k, rule in m.dropped]
+        rows = [f"    {printable(k)}  ({printable(rule)})" for k, rule in m.dropped]
         lines += _capped(rows, len(rows), limit)
     return lines
 
@@ -71,7 +77,7 @@ def _verdict(v: ProbeVerdict) -> str:
     cost = f"clones {v.walked} {noun} ({fmt_bytes(v.cloned_bytes)}{whole})"
     if not v.hit:
         return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
-    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{v.hit_key}': {cost}"
+    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
 
 
 def _load(load: LoadReport, root: str, limit: int) -> list[str]:
@@ -85,7 +91,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
     if load.failure:
-        lines.append(f"  load failed: {load.failure}")
+        lines.append(f"  load failed: {printable(load.failure)}")
 
     def section(title: str, rows: list[str], total: int) -> None:
         lines.append(f"  {title} ({total})" + ("" if total else ": none"))
@@ -94,10 +100,10 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     section(
         "unexpected names",
         [
-            f"    {u.name}"
-            + (f"  (looked up as '{u.looked_up}')" if u.looked_up != u.name else "")
-            + (f"\n      nearest: {', '.join(u.suggestions)}" if u.suggestions else "")
-            + f"\n      {u.message}"
+            f"    {printable(u.name)}"
+            + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
+            + (f"\n      nearest: {_names(u.suggestions)}" if u.suggestions else "")
+            + f"\n      {printable(u.message)}"
             for u in load.unexpected
         ],
         len(load.unexpected),
@@ -105,8 +111,8 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     section(
         "missing: model tensors never filled",
         [
-            f"    {m.name}  {list(m.shape)} {m.dtype}"
-            + (f"\n      nearest unused keys: {', '.join(m.suggestions)}" if m.suggestions else "")
+            f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
+            + (f"\n      nearest unused keys: {_names(m.suggestions)}" if m.suggestions else "")
             for m in load.missing
         ],
         len(load.missing),
@@ -114,7 +120,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     section(
         "shape mismatches",
         [
-            f"    {s.name} -> {s.param}: parameter "
+            f"    {printable(s.name)} -> {printable(s.param)}: parameter "
             f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
             f"checkpoint {list(s.weight_shape)}"
             for s in load.shape_mismatches
@@ -124,7 +130,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     section(
         "dtype casts",
         [
-            f"    {d.name} -> {d.param}: {d.from_dtype} -> {d.to_dtype}"
+            f"    {printable(d.name)} -> {printable(d.param)}: {d.from_dtype} -> {d.to_dtype}"
             + ("  INCOMPATIBLE" if d.incompatible else "")
             for d in load.dtype_casts
         ],
@@ -133,7 +139,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
     if load.errors:
         section(
             "load errors",
-            [f"    {e.name}: {e.message}" for e in load.errors],
+            [f"    {printable(e.name)}: {printable(e.message or '')}" for e in load.errors],
             len(load.errors),
         )
     # Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
@@ -148,10 +154,8 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
         total = sum(len(v) for v in groups.values())
         rows = []
         for (status, reason), names in groups.items():
-            shown = ", ".join(names[:2]) + (
-                f", ... ({len(names)} in all)" if len(names) > 2 else ""
-            )
-            rows.append(f"    {len(names):>5} {status}: {reason}\n            {shown}")
+            shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
+            rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
         section("other keys, not loaded", rows, total)
     return lines
 
@@ -168,7 +172,7 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
         lines += [
             "",
-            f"model  {m.spec}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
+            f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
             f"(built on meta: no memory used); loads with {own}",
         ]
     if r.probe is not None:
@@ -186,5 +190,6 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         lines.append("verdict: would load cleanly (exit 0)")
     else:
         assert r.load is not None
-        lines.append(f"verdict: would NOT load: {'; '.join(r.load.problems())} (exit 1)")
+        problems = "; ".join(printable(p) for p in r.load.problems())
+        lines.append(f"verdict: would NOT load: {problems} (exit 1)")
     return "\n".join(lines)

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.dtypes import torch_dtype_name, torch_shape
+from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import (
     LoadkitError,
     NestedWeightError,
@@ -165,7 +166,8 @@ def _storages(model: nn.Module) -> dict[int, str]:
 
 
 def _meta_weight(info: TensorInfo) -> torch.Tensor:
-    t = torch.empty(info.shape, dtype=getattr(torch, DTYPES[info.dtype][0]), device="meta")
+    dtype = getattr(torch, torch_dtype_name(info.dtype))
+    t = torch.empty(torch_shape(info.dtype, info.shape), dtype=dtype, device="meta")
     t.loadkit_file = info.file  # load errors name the file, as for real tensors
     t.loadkit_key = info.name  # lets the wrapper name the key even through delegation
     return t
@@ -281,7 +283,9 @@ def _fates(
 
 
 @contextmanager
-def _root_mapper(root: nn.Module, replace: WeightsMapper | None, used: list[Any]) -> Iterator[None]:
+def _root_mapper(
+    root: nn.Module, replace: WeightsMapper | None, used: list[Any], loaders: list[Any]
+) -> Iterator[None]:
     """Record the mapper the root's ``AutoWeightsLoader`` loads with; optionally replace it.
 
     A model's own ``load_weights`` may build its mapper from more than ``hf_to_vllm_mapper``
@@ -295,6 +299,7 @@ def _root_mapper(root: nn.Module, replace: WeightsMapper | None, used: list[Any]
             if replace is not None:
                 mapper = replace
             used.append(mapper)
+            loaders.append(self)
         return original(self, weights, mapper=mapper)
 
     AutoWeightsLoader.load_weights = load_weights  # type: ignore[method-assign]
@@ -328,6 +333,8 @@ def dry_load(
     runs = 0
     complete = True
     used: list[WeightsMapper | None] = []
+    loaders: list[AutoWeightsLoader] = []
+    names = _MappedNames(infos)
     failure: str | None = None
     try:
         while True:
@@ -336,13 +343,14 @@ def dry_load(
             before = _ledgers(model)
             try:
                 stream = _stream(infos, excluded, run)
-                with watcher, _root_mapper(model, mapper if replace_mapper else None, used):
+                replace = mapper if replace_mapper else None
+                with watcher, _root_mapper(model, replace, used, loaders):
                     if callable(own):
                         own(stream)
                     else:
                         AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
                 break
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # the model's own code may sys.exit, too
                 culprit = run.current
                 if culprit is None or culprit in excluded:
                     raise LoadkitError(
@@ -359,7 +367,8 @@ def dry_load(
                 after = _ledgers(model)
                 root = after.get("") if after.get("") is not before.get("") else None
                 used_now = used[-1] if used else mapper
-                _exclude(exc, culprit, infos, excluded, unexpected, root, used_now)
+                loader = loaders[-1] if loaders and root is not None else None
+                _exclude(exc, culprit, excluded, unexpected, root, names.using(used_now), loader)
                 if runs >= MAX_RUNS:
                     complete = False
                     break
@@ -377,20 +386,59 @@ def dry_load(
     return report, root_mapper
 
 
+class _MappedNames:
+    """Each key's mapped name, computed once, and (built on first use) the keys under each
+    dotted prefix of their mapped names: leaving out every key that fails like the culprit costs
+    the size of that group, not a scan of every name on every pass."""
+
+    def __init__(self, infos: Sequence[TensorInfo]) -> None:
+        self.keys = [info.name for info in infos]
+        self.mapper: WeightsMapper | None = None
+        self._mapped: dict[str, str | None] | None = None
+        self._under: dict[str, list[str]] | None = None
+
+    def using(self, mapper: WeightsMapper | None) -> _MappedNames:
+        if mapper is not self.mapper or self._mapped is None:
+            self.mapper = mapper
+            self._mapped = {k: mapper.map_name(k) if mapper else k for k in self.keys}
+            self._under = None
+        return self
+
+    def mapped(self, key: str) -> str | None:
+        assert self._mapped is not None
+        return self._mapped[key]
+
+    def under(self, prefix: str) -> list[str]:
+        """Keys whose mapped name lies under ``prefix`` (every mapped key for ``""``)."""
+        if self._under is None:
+            assert self._mapped is not None
+            under: dict[str, list[str]] = {}
+            for key, mapped in self._mapped.items():
+                if mapped is None:
+                    continue
+                under.setdefault("", []).append(key)
+                parts = mapped.split(".")
+                for i in range(1, len(parts)):
+                    under.setdefault(".".join(parts[:i]), []).append(key)
+            self._under = under
+        return self._under.get(prefix, [])
+
+
 def _exclude(
     exc: BaseException,
     culprit: str,
-    infos: Sequence[TensorInfo],
     excluded: dict[str, KeyOutcome],
     unexpected: list[Unexpected],
     root_ledger: LoadLedger | None,
-    mapper: WeightsMapper | None,
+    names: _MappedNames,
+    loader: AutoWeightsLoader | None,
 ) -> None:
-    """Record the name that stopped a run and leave it (and its unknown module) out next time."""
+    """Record the name that stopped a run and leave it out next time, with every other name the
+    root walk would stop at in the same module (an unknown child or parameter there)."""
     message = str(exc).split("\n", 1)[0]
     if isinstance(exc, UnknownNameError):  # our own nearest names replace its list
         message = f"no module or parameter named '{exc.name}' in {exc.root}"
-    mapped = mapper.map_name(culprit) if mapper is not None else culprit
+    mapped = names.mapped(culprit)
     if not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
         excluded[culprit] = KeyOutcome(
             culprit, LOAD_ERROR, mapped, message=f"{type(exc).__name__}: {message}"
@@ -399,29 +447,59 @@ def _exclude(
     unknown = getattr(exc, "name", None) or mapped or culprit  # as the model was asked for it
     if not isinstance(exc, LoadkitError):
         message = f"{type(exc).__name__}: {message}"
-    group = [culprit]
-    # When the root walk itself raised for this name, every key that maps under the same unknown
-    # name fails the same way: leave them out together instead of one pass each.
+    group = [(culprit, message)]
+    # When the root walk itself raised for this name, any key whose path reaches the same module
+    # and names nothing there fails the same way: leave them out together, not one per pass.
+    last = root_ledger.entries[-1] if root_ledger is not None and root_ledger.entries else None
     if (
         isinstance(exc, UnknownNameError)
-        and root_ledger is not None
-        and root_ledger.entries
-        and root_ledger.entries[-1].name == culprit
-        and root_ledger.entries[-1].mapped == mapped
+        and loader is not None
+        and last is not None
+        and last.name == culprit
+        and last.status == UNCONSUMED
+        and last.mapped == mapped
         and mapped is not None
         and (mapped == unknown or mapped.startswith(unknown + "."))
+        and exc.root == type(loader.module).__name__
     ):
-        for info in infos:
-            if info.name in excluded or info.name == culprit:
-                continue
-            m = mapper.map_name(info.name) if mapper is not None else info.name
-            if m is not None and (m == unknown or m.startswith(unknown + ".")):
-                group.append(info.name)
-    for key in group:
-        key_mapped = mapper.map_name(key) if mapper is not None else key
-        note = message if key == culprit else f"under '{unknown}', which the model does not have"
+        group += _same_failure(loader, names, unknown, culprit, excluded)
+    for key, note in group:
+        key_mapped = names.mapped(key)
         excluded[key] = KeyOutcome(key, UNEXPECTED, key_mapped, message=note)
         unexpected.append(Unexpected(key, key_mapped or unknown, note))
+
+
+def _same_failure(
+    loader: AutoWeightsLoader,
+    names: _MappedNames,
+    unknown: str,
+    culprit: str,
+    excluded: dict[str, KeyOutcome],
+) -> list[tuple[str, str]]:
+    """Keys (with their message) the root walk would also refuse in the module that lacks
+    ``unknown``, by the rules it applies there (skip and ignore rules spare a key)."""
+    parent = unknown.rpartition(".")[0]
+    try:
+        module = loader.module.get_submodule(parent) if parent else loader.module
+    except AttributeError:
+        return []
+    known = set(dict(module.named_children())) | set(loader._loadable_tensors(module))
+    skip, ignore = loader._skip_rule, loader._ignore_rule
+    root = type(loader.module).__name__
+    out = []
+    for key in names.under(parent):
+        if key in excluded or key == culprit:
+            continue
+        mapped = names.mapped(key)
+        assert mapped is not None
+        head = (mapped[len(parent) + 1 :] if parent else mapped).split(".", 1)[0]
+        qual = f"{parent}.{head}" if parent else head
+        if head in known or skip(mapped) or skip(qual + ".") or skip(qual):
+            continue
+        if ignore(qual + ".") or ignore(qual):
+            continue
+        out.append((key, f"no module or parameter named '{qual}' in {root}"))
+    return out
 
 
 def _pair_renames(

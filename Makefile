@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.loadkit-installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test setup lint data clean
+.PHONY: lab test test-deep setup lint data clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+# The property tests only, with random seeds and ten times the examples (minutes, not seconds).
+test-deep: $(STAMP)
+	$(BIN)/python -m pytest --hypothesis-profile=deep -m hypothesis tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

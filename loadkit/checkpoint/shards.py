@@ -168,7 +168,7 @@ def _from_index(folder: str, index: str) -> Shards:
     by_identity: dict[tuple[int, int], str] = {}
     files: dict[str, str] = {}  # the chosen path of each distinct file
     for key, entry in weight_map.items():
-        if entry in resolved:
+        if isinstance(entry, str) and entry in resolved:
             continue
         plain = _plain_relative(entry)
         if plain is None:

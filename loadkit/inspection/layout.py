@@ -213,11 +213,11 @@ def build_layout(items: Iterable[tuple[str, int, str]], *, fold: bool = False) -
         node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
         count, total, _ = node.own or (0, 0, dtype)
         node.own = (count + 1, total + nbytes, dtype)
-    _finish(root, "")  # ... and is summed into every node above it here
+    _finish(root, "", root=True)  # ... and is summed into every node above it here
     return root
 
 
-def _finish(node: LayoutNode, path: str) -> None:
+def _finish(node: LayoutNode, path: str, root: bool = False) -> None:
     node.path = path
     if not node.children:
         return
@@ -229,7 +229,7 @@ def _finish(node: LayoutNode, path: str) -> None:
             child._indices = None
         while child.name in children:  # a literal "{0}" next to a folded {0}: keep both
             child.name += "'"
-        _finish(child, f"{path}.{child.name}" if path else child.name)
+        _finish(child, child.name if root else f"{path}.{child.name}")  # ".a": "" then ".a"
         children[child.name] = child
         node.tensors += child.tensors
         node.nbytes += child.nbytes

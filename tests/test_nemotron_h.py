@@ -1,20 +1,22 @@
-import filecmp
 import json
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 
 from loadkit import ledger_of, open_checkpoint
 from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.models.nemotron_h import (
+    A_RANGE,
+    DT_GRID,
+    DT_STEPS,
     ORDERS,
     NemotronHConfig,
     NemotronHForCausalLM,
     config_from_checkpoint,
     make_checkpoint,
-    write_data_checkpoints,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -112,26 +114,48 @@ def test_d_skip_term_enters_the_output():
     assert not torch.allclose(before, m(ids))
 
 
-def test_data_checkpoints_match_a_fresh_generation(tmp_path):
-    written = write_data_checkpoints(tmp_path)
-    assert [p.name for p in written] == [
-        "initial.safetensors",
-        *(f"update-{o}.safetensors" for o in ORDERS),
-    ]
-    for p in written:
-        assert filecmp.cmp(p, DATA / "nemotron_h" / p.name, shallow=False), p.name
-
-
 @pytest.mark.parametrize("order", ORDERS)
 def test_data_files_stream_in_their_order_and_read_with_safetensors(order):
+    # Bytes against a fresh generation: tests/test_data.py. Here: the order each file streams in,
+    # and the same values in every order, read by safetensors and by loadkit alike.
     path = DATA / "nemotron_h" / f"update-{order}.safetensors"
-    expect = make_checkpoint(seed=1, order=order)
     names = [n for n, _ in open_checkpoint(path).weights()]
-    assert names == list(expect)
+    assert names == list(make_checkpoint(seed=1, order=order))  # names only: values not compared
+    reference = dict(open_checkpoint(DATA / "nemotron_h" / "update-d-last.safetensors").weights())
     with safe_open(str(path), "pt") as f:
-        assert f.metadata()["order"] == order
+        assert f.metadata() == {"format": "pt", "seed": "1", "order": order}
+        assert sorted(f.keys()) == sorted(reference)
         for k in f.keys():
-            assert torch.equal(f.get_tensor(k), expect[k])
+            assert torch.equal(f.get_tensor(k), reference[k]), k
+
+
+@pytest.mark.parametrize("file", ["initial", "update-d-last"])
+def test_data_per_head_values_mean_a_and_dt(file):
+    """-exp(A_log) is an integer in A_RANGE and softplus(dt_bias) a multiple of 1/DT_GRID."""
+    ck = dict(open_checkpoint(DATA / "nemotron_h" / f"{file}.safetensors").weights())
+    mixers = [k.removesuffix(".A_log") for k in ck if k.endswith(".A_log")]
+    assert len(mixers) == NemotronHConfig().hybrid_override_pattern.count("M")
+    seen_a, seen_dt = set(), set()
+    for m in mixers:
+        assert ck[f"{m}.A_log"].dtype == torch.float32
+        a = torch.exp(ck[f"{m}.A_log"].double())
+        assert torch.allclose(a, a.round(), rtol=0, atol=1e-5), (m, a)
+        dt = F.softplus(ck[f"{m}.dt_bias"].double()) * DT_GRID
+        assert torch.allclose(dt, dt.round(), rtol=0, atol=1e-4), (m, dt)
+        seen_a |= set(a.round().int().tolist())
+        seen_dt |= set(dt.round().int().tolist())
+    assert A_RANGE[0] <= min(seen_a) and max(seen_a) <= A_RANGE[1] and len(seen_a) > 3
+    assert DT_STEPS[0] <= min(seen_dt) and max(seen_dt) <= DT_STEPS[1] and len(seen_dt) > 3
+
+
+def test_values_are_exact_in_bfloat16():
+    f32 = make_checkpoint(seed=2)
+    bf16 = make_checkpoint(NemotronHConfig(dtype="bfloat16"), seed=2)
+    rounded = {"A_log", "dt_bias"}  # functions of grid values, rounded once to their dtype
+    for k, v in f32.items():
+        if k.rsplit(".", 1)[1] not in rounded:
+            assert bf16[k].dtype == torch.bfloat16 and torch.equal(bf16[k].float(), v), k
+    assert bf16["backbone.layers.0.mixer.A_log"].dtype == torch.float32  # upstream keeps A f32
 
 
 def test_config_from_checkpoint_round_trips_default_data():

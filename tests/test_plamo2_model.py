@@ -1,6 +1,5 @@
 """Plamo2 (vLLM #41699): the four loader behaviours against each other and against arithmetic."""
 
-import filecmp
 import math
 import re
 
@@ -327,14 +326,13 @@ def test_config_from_checkpoint_errors(tmp_path):
         config_from_checkpoint(open_checkpoint(tmp_path / "b.safetensors").tensors)
 
 
-def test_committed_data_is_fresh_and_loadable(tmp_path):
+def test_committed_data_is_where_the_story_reads_it_and_loadable(tmp_path):
+    # That the committed bytes are a fresh generation's is tests/test_data.py's one check.
     from loadkit.demo.stories.plamo2 import DATA_DIR
 
     written = write_data_checkpoints(tmp_path)
     assert len(written) == 5
-    for path in written:
-        rel = path.relative_to(tmp_path)
-        assert filecmp.cmp(path, DATA_DIR / rel, shallow=False), rel
+    assert all((DATA_DIR / p.relative_to(tmp_path)).is_file() for p in written)
     tied = open_checkpoint(DATA_DIR / "plamo2" / "tied.safetensors")
     assert "lm_head.weight" not in tied.tensors
     assert config_from_checkpoint(tied.tensors) == Plamo2Config(tie_word_embeddings=True)

@@ -35,6 +35,7 @@ from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import ShardId, WeightsMapper
+from loadkit.models.dyadic import dyadic_uniform
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_NAME = "gemma4_like"
@@ -261,9 +262,10 @@ def _tower_layout(prefix: str, n: int, hid: int, inter: int) -> dict[str, tuple[
 
 
 def _values(seed: int, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    # Seeded by name, so a tensor's values do not depend on where it sits in the file.
+    # Seeded by name, so a tensor's values do not depend on where it sits in the file. Multiples
+    # of 1/64 in [-2, 2]: exact in bfloat16, the same bits on every machine.
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    return torch.randn(shape, generator=g).to(dtype)
+    return dyadic_uniform(shape, g, half_range=2.0, steps=128, dtype=dtype)
 
 
 def make_checkpoint(

@@ -32,6 +32,13 @@ from loadkit.errors import CheckpointError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
 from loadkit.mapper import WeightsMapper
+from loadkit.models.dyadic import (
+    draw_integers,
+    dyadic_uniform,
+    ln,
+    round_once,
+    softplus_inverse,
+)
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
@@ -275,44 +282,59 @@ class NemotronHForCausalLM(nn.Module):
 # --- checkpoints -------------------------------------------------------------------------------
 
 
-def _layer_tensors(c: NemotronHConfig, kind: str, g: torch.Generator) -> dict[str, torch.Tensor]:
-    def normal(*shape: int, std: float) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * std
+def _pow2_near(x: float) -> float:
+    return 2.0 ** round(math.log2(x))
 
-    def uniform(n: int, lo: float, hi: float) -> torch.Tensor:
-        return lo + (hi - lo) * torch.rand(n, generator=g)
+
+def _around_one(n: int, g: torch.Generator) -> torch.Tensor:
+    # 1 + k/128, |k| <= 16: exact even in bfloat16, whose spacing at 1 is 1/128.
+    return 1 + dyadic_uniform((n,), g, half_range=0.125, steps=16)
+
+
+# Per-head values are drawn on grids and stored through one rounding (loadkit.models.dyadic):
+# A = -a for an integer a in [1, 16], dt = softplus(dt_bias) = k / 1024 for k in [1, 102].
+A_RANGE = (1, 16)
+DT_GRID = 1024
+DT_STEPS = (1, 102)
+
+
+def _layer_tensors(c: NemotronHConfig, kind: str, g: torch.Generator) -> dict[str, torch.Tensor]:
+    def spread(*shape: int, std: float) -> torch.Tensor:
+        # Uniform on a dyadic grid, its half-range the power of two nearest std * sqrt(3).
+        return dyadic_uniform(shape, g, half_range=_pow2_near(std * math.sqrt(3)))
 
     H = c.hidden_size
-    out = {"norm.weight": 1 + normal(H, std=0.1)}
+    out = {"norm.weight": _around_one(H, g)}
     if kind == "M":
         heads, inner = c.mamba_num_heads, c.mamba_intermediate
-        dt = uniform(heads, 1e-3, 0.1)
+        a = draw_integers(g, heads, *A_RANGE)
+        dt = [k / DT_GRID for k in draw_integers(g, heads, *DT_STEPS)]
         out |= {
-            "mixer.in_proj.weight": normal(inner + c.conv_dim + heads, H, std=H**-0.5),
-            "mixer.conv1d.weight": normal(c.conv_dim, 1, c.conv_kernel, std=c.conv_kernel**-0.5),
-            "mixer.A_log": torch.log(uniform(heads, 1.0, 16.0)),
-            "mixer.dt_bias": dt + torch.log(-torch.expm1(-dt)),  # softplus(dt_bias) == dt
-            "mixer.D": 1 + normal(heads, std=0.1),
-            "mixer.norm.weight": 1 + normal(inner, std=0.1),
-            "mixer.out_proj.weight": normal(H, inner, std=inner**-0.5),
+            "mixer.in_proj.weight": spread(inner + c.conv_dim + heads, H, std=H**-0.5),
+            "mixer.conv1d.weight": spread(c.conv_dim, 1, c.conv_kernel, std=c.conv_kernel**-0.5),
+            "mixer.A_log": round_once(map(ln, a), torch.float32),  # -exp(A_log) == -a
+            "mixer.dt_bias": round_once(map(softplus_inverse, dt), c.torch_dtype),
+            "mixer.D": _around_one(heads, g),
+            "mixer.norm.weight": _around_one(inner, g),
+            "mixer.out_proj.weight": spread(H, inner, std=inner**-0.5),
         }
         if c.use_conv_bias:
-            out["mixer.conv1d.bias"] = normal(c.conv_dim, std=0.1)
+            out["mixer.conv1d.bias"] = spread(c.conv_dim, std=0.1)
         first = ["norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight"]
         first += ["mixer.conv1d.bias"] if c.use_conv_bias else []
         out = {k: out[k] for k in first} | {k: v for k, v in out.items() if k not in first}
     elif kind == "-":
         out |= {
-            "mixer.up_proj.weight": normal(c.intermediate_size, H, std=H**-0.5),
-            "mixer.down_proj.weight": normal(H, c.intermediate_size, std=c.intermediate_size**-0.5),
+            "mixer.up_proj.weight": spread(c.intermediate_size, H, std=H**-0.5),
+            "mixer.down_proj.weight": spread(H, c.intermediate_size, std=c.intermediate_size**-0.5),
         }
     else:
         q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         out |= {
-            "mixer.q_proj.weight": normal(q, H, std=H**-0.5),
-            "mixer.k_proj.weight": normal(kv, H, std=H**-0.5),
-            "mixer.v_proj.weight": normal(kv, H, std=H**-0.5),
-            "mixer.o_proj.weight": normal(H, q, std=q**-0.5),
+            "mixer.q_proj.weight": spread(q, H, std=H**-0.5),
+            "mixer.k_proj.weight": spread(kv, H, std=H**-0.5),
+            "mixer.v_proj.weight": spread(kv, H, std=H**-0.5),
+            "mixer.o_proj.weight": spread(H, q, std=q**-0.5),
         }
     return out
 
@@ -338,6 +360,10 @@ def make_checkpoint(
     ``order`` (one of ``ORDERS``) changes only the key order, never a value: the same seed gives
     the same tensors in every order. ``"shuffled"`` shuffles each layer's keys with a generator
     seeded by ``seed`` and the layer index; layers stay in sequence.
+
+    Every value is the same bits on every machine (``loadkit.models.dyadic``): weights and norms
+    lie on dyadic grids; ``-exp(A_log)`` is an integer in ``A_RANGE`` and
+    ``softplus(dt_bias)`` a multiple of ``1 / DT_GRID``, each up to one rounding.
     """
     c = config or NemotronHConfig()
     if order not in ORDERS:
@@ -345,14 +371,14 @@ def make_checkpoint(
     g = torch.Generator().manual_seed(seed)
     dtype = c.torch_dtype
     out: dict[str, torch.Tensor] = {
-        "backbone.embeddings.weight": torch.randn(c.vocab_size, c.hidden_size, generator=g)
+        "backbone.embeddings.weight": dyadic_uniform((c.vocab_size, c.hidden_size), g, half_range=2)
     }
     for i, kind in enumerate(c.hybrid_override_pattern):
         tensors = _layer_tensors(c, kind, g)
         for key in _ordered(list(tensors), order, random.Random(f"{seed}:{i}")):
             out[f"backbone.layers.{i}.{key}"] = tensors[key]
-    out["backbone.norm_f.weight"] = 1 + 0.1 * torch.randn(c.hidden_size, generator=g)
-    out["lm_head.weight"] = torch.randn(c.vocab_size, c.hidden_size, generator=g) * 0.25
+    out["backbone.norm_f.weight"] = _around_one(c.hidden_size, g)
+    out["lm_head.weight"] = dyadic_uniform((c.vocab_size, c.hidden_size), g, half_range=0.5)
     return {k: (v if k.endswith("A_log") else v.to(dtype)).contiguous() for k, v in out.items()}
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -43,6 +44,7 @@ from loadkit.loading.weight_loaders import (
     load_param,
     weight_source,
 )
+from loadkit.models.dyadic import dyadic_uniform, round_once
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
@@ -464,10 +466,12 @@ def make_checkpoint(
     """A checkpoint with checkpoint-side names, in model order (float32, seeded).
 
     ``lm_head.weight`` is included when the config is untied (``include_lm_head`` overrides: a
-    tied checkpoint that still carries it is how the overwrite pitfall shows). Norm weights are
-    multiples of 1/256 in [-0.25, 0.25]: adding 1.0 to them is exact in float32, so a missing or
-    extra offset shows as exactly 1.0. ``include_rotary`` adds a ``rotary_emb.inv_freq`` per
-    attention layer, as some older exports carry.
+    tied checkpoint that still carries it is how the overwrite pitfall shows). Every value lies
+    on a dyadic grid (``loadkit.models.dyadic``), the same bits on every machine. Norm weights
+    are multiples of 1/256 in [-0.25, 0.25]: adding 1.0 to them is exact in float32, so a missing
+    or extra offset shows as exactly 1.0; other weights are multiples of 1/256 in [-1, 1].
+    ``include_rotary`` adds a ``rotary_emb.inv_freq`` per attention layer, as some older exports
+    carry.
     """
     with torch.device("meta"):
         shapes = Plamo2ForCausalLM(config).named_parameters()
@@ -475,18 +479,21 @@ def make_checkpoint(
     out: dict[str, torch.Tensor] = {}
     for name, p in shapes:
         if name.endswith("norm.weight"):
-            value = torch.randint(-64, 65, p.shape, generator=gen).float() / 256
+            value = dyadic_uniform(p.shape, gen, half_range=0.25, steps=64)
         else:
-            value = torch.randn(p.shape, generator=gen) * 0.5
+            value = dyadic_uniform(p.shape, gen, half_range=1.0, steps=256)
         out[checkpoint_name(name)] = value
         if include_rotary and name.endswith("mixer.qkv_proj.weight"):
             head = config.hidden_size_per_head
-            inv = 1.0 / (10000 ** (torch.arange(0, head, 2).float() / head))
-            out[name.replace("qkv_proj.weight", "rotary_emb.inv_freq")] = inv
+            inv = [Decimal(10000) ** Decimal(-i / head) for i in range(0, head, 2)]
+            out[name.replace("qkv_proj.weight", "rotary_emb.inv_freq")] = round_once(
+                inv, torch.float32
+            )
     if include_lm_head is None:
         include_lm_head = not config.tie_word_embeddings
     if include_lm_head and "lm_head.weight" not in out:
-        out["lm_head.weight"] = torch.randn(config.vocab_size, config.hidden_size, generator=gen)
+        shape = (config.vocab_size, config.hidden_size)
+        out["lm_head.weight"] = dyadic_uniform(shape, gen, half_range=1.0, steps=256)
     elif not include_lm_head:
         out.pop("lm_head.weight", None)
     return out

@@ -22,6 +22,7 @@ from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import CheckpointError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
+from loadkit.models.dyadic import dyadic_uniform
 from loadkit.models.plamo2 import (
     BEHAVIOURS,
     DATA_FILES,
@@ -149,7 +150,7 @@ def norm_forward_deltas(
     for name, module in model.named_modules():
         if not isinstance(module, RMSNorm):
             continue
-        x = torch.randn(tokens, *module.weight.shape, generator=gen)
+        x = dyadic_uniform((tokens, *module.weight.shape), gen)
         with torch.no_grad():
             got = module(x)
         want = rms_norm(x, reference[f"{name}.weight"], module.eps)

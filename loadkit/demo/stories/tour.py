@@ -25,6 +25,7 @@ from loadkit.loading.counting import CopyCounter
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader, loader_of
 from loadkit.mapper import WeightsMapper
+from loadkit.models.dyadic import dyadic_uniform
 from loadkit.models.nemotron_h import NemotronHForCausalLM
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
@@ -90,7 +91,7 @@ def checkpoint_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g)
+        return dyadic_uniform(shape, g)  # the same bits on every machine
 
     t = {"backbone.embeddings.weight": r(VOCAB, HIDDEN)}
     t["backbone.layers.0.norm.weight"] = r(HIDDEN)

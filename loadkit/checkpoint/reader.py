@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import DTYPES, torch_dtype_name, torch_shape
@@ -224,4 +225,4 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                     f"({file} does not)",
                     key,
                 )
-    return Checkpoint(os.fspath(path), shards.files, tensors, metadata)
+    return Checkpoint(str(Path(path)), shards.files, tensors, metadata)

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 from loadkit.errors import printable
@@ -146,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:  # a bug, or user code that escaped every check: one line
         if args.debug:
+            import traceback
+
             traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
         hint = "" if args.debug else " (rerun with --debug for the traceback)"

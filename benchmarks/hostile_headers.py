@@ -14,7 +14,7 @@ Each case is a file under data/big/hostile/ (ignored by git) whose header is (ne
 - ``top-array``: a header that is an array of 33 million empty arrays, not an object.
 
 Every reader runs in its own process, alternating, and reports its verdict, seconds and peak
-resident memory beyond a bare interpreter (``ru_maxrss`` minus the same process without the
+resident memory beyond a bare interpreter (its ``VmHWM`` minus the same process without the
 read), as one JSON line per case and reader.
 """
 
@@ -55,8 +55,10 @@ READERS = {
     ),
 }
 
+# Peak memory is VmHWM, this process's own high-water mark: ru_maxrss would start at the parent's
+# (Linux carries it across exec), and this parent holds a 100 MB header while writing the files.
 RUN = """
-import resource, sys, time
+import sys, time
 {setup}
 start = time.perf_counter()
 try:
@@ -65,7 +67,9 @@ try:
     verdict = "accepted"
 except Refused:
     verdict = "refused"
-print(verdict, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+seconds = time.perf_counter() - start
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(verdict, seconds, hwm.split()[1])
 """
 
 

@@ -487,9 +487,11 @@ def test_an_internal_error_is_exit_3_in_one_line(tmp_path, monkeypatch, capsys):
 # --- cost -----------------------------------------------------------------------------------------
 
 
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would start at the peak
+# of this test process (which just built a 100 MB header).
 PEAK = textwrap.dedent(
     """
-    import resource, sys, time
+    import sys, time
     from loadkit.checkpoint.reader import read_safetensors_header
     from loadkit.errors import LoadkitError
     start = time.perf_counter()
@@ -499,7 +501,8 @@ PEAK = textwrap.dedent(
     except LoadkitError as exc:
         verdict = "refused"
     seconds = time.perf_counter() - start
-    print(verdict, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    print(verdict, seconds, int(hwm.split()[1]) * 1024)
     """
 )
 

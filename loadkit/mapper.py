@@ -1,21 +1,24 @@
 """``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1).
 
-Five stages run in a fixed order (regex, substr, stacked, prefix, suffix). Within a stage every
-rule is tried in dict order against the name as the earlier rules left it, so rules chain. A rule
-whose value is ``None`` drops the weight. This module does not import torch: the header-only
-inspector maps names without it.
+Six stages run in a fixed order, as in vLLM 0.28.0: renaming (objects with a
+``rename_source_key(key) -> (new_key, _)`` method, such as transformers' ``WeightRenaming``),
+then the five rule tables regex, substr, stacked, prefix, suffix. Within a stage every rule is
+tried in order against the name as the earlier rules left it, so rules chain. A table rule whose
+value is ``None`` drops the weight. This module does not import torch: the header-only inspector
+maps names without it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from loadkit.errors import MapperConfigError
 
-STAGES = ("regex", "substr", "stacked", "prefix", "suffix")
+STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (dicts)
+ALL_STAGES = ("renaming", *STAGES)  # the order names go through
 
 ShardId = Any  # upstream uses ints and strings ("q", "k", "v", 0, 1, ...)
 
@@ -42,17 +45,66 @@ class MapTrace(NamedTuple):
         return self.steps[-1] if self.result is None and self.steps else None
 
 
-def _compile(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
-    if isinstance(pattern, re.Pattern):
+class Renaming(Protocol):
+    """What ``orig_to_new_renaming`` holds: transformers' ``WeightRenaming`` has this method.
+
+    The second item of the returned pair is ignored, as upstream ignores it.
+    """
+
+    def rename_source_key(self, key: str) -> tuple[str, Any]: ...
+
+
+def renaming_label(renaming: object) -> str:
+    """A short name for a renaming object in traces and ledgers."""
+    source = getattr(renaming, "source_patterns", None)
+    target = getattr(renaming, "target_patterns", None)
+    if source is not None and target is not None:
+        return f"{source} -> {target}"
+    return repr(renaming)
+
+
+def _compile(pattern: Any) -> Any:
+    # Compiled patterns pass as they are, from ``re`` or from the ``regex`` module vLLM's models
+    # compile theirs with: both have ``search`` and ``sub``.
+    if callable(getattr(pattern, "search", None)) and callable(getattr(pattern, "sub", None)):
         return pattern
+    if not isinstance(pattern, str):
+        raise MapperConfigError(
+            f"WeightsMapper: orig_to_new_regex keys are patterns or str, not {pattern!r}"
+        )
     try:
         return re.compile(pattern)
     except re.error as exc:
         raise MapperConfigError(f"WeightsMapper: invalid regex {pattern!r}: {exc}") from None
 
 
+def _check_template(rx: Any, repl: str) -> None:
+    """Raise now if ``repl`` refers to a group ``rx`` does not have.
+
+    ``re`` compiles a template on every ``sub``, even without a match; the ``regex`` module only
+    when something matches. So the template is expanded against a pattern with the same groups
+    (numbers and names) that matches the empty string.
+    """
+    rx.sub(repl, "")
+    if isinstance(rx, re.Pattern):
+        return
+    names = {index: name for name, index in getattr(rx, "groupindex", {}).items()}
+    groups = "".join(f"(?P<{names[i]}>)" if i in names else "()" for i in range(1, rx.groups + 1))
+    re.compile(groups).sub(repl, "")
+
+
 @dataclass(frozen=True)
 class WeightsMapper:
+    """Rewrites checkpoint names; see the module doc for the stages.
+
+    >>> m = WeightsMapper(
+    ...     orig_to_new_prefix={"model.": ""}, orig_to_new_suffix={".gamma": ".weight"}
+    ... )
+    >>> m.map_name("model.norm.gamma")
+    'norm.weight'
+    """
+
+    orig_to_new_renaming: Sequence[Renaming] = field(default_factory=list)
     orig_to_new_regex: Mapping[str | re.Pattern[str], str | None] = field(default_factory=dict)
     orig_to_new_substr: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
@@ -61,6 +113,14 @@ class WeightsMapper:
 
     def __post_init__(self) -> None:
         # Validate at build time: upstream only fails (or silently misbehaves) at use.
+        renaming = tuple(self.orig_to_new_renaming)  # a copy: the caller's list may change
+        for r in renaming:
+            if not callable(getattr(r, "rename_source_key", None)):
+                raise MapperConfigError(
+                    f"WeightsMapper: orig_to_new_renaming holds objects with a "
+                    f"rename_source_key(key) method, not {r!r}"
+                )
+        object.__setattr__(self, "orig_to_new_renaming", renaming)
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
             if not isinstance(pattern, (str, re.Pattern)) or not (
@@ -73,8 +133,8 @@ class WeightsMapper:
             rx = _compile(pattern)
             if repl is not None:
                 try:
-                    rx.sub(repl, "")  # compiles the template: a bad back-reference fails now
-                except (re.error, IndexError) as exc:
+                    _check_template(rx, repl)
+                except Exception as exc:  # re.error, regex.error, IndexError: all say "bad"
                     raise MapperConfigError(
                         f"WeightsMapper: regex {rx.pattern!r} has an invalid replacement "
                         f"{repl!r}: {exc}"
@@ -115,6 +175,16 @@ class WeightsMapper:
         def fire(stage: str, rule: str, after: str | None) -> None:
             steps.append(MapStep(stage, rule, key, after))
 
+        for renaming in self.orig_to_new_renaming:
+            new, _ = renaming.rename_source_key(key)
+            if not isinstance(new, str):
+                raise MapperConfigError(
+                    f"WeightsMapper: {renaming_label(renaming)}.rename_source_key({key!r}) "
+                    f"returned {new!r}, not a str"
+                )
+            if new != key:
+                fire("renaming", renaming_label(renaming), new)
+                key = new
         for rx, repl in self._regex:  # type: ignore[attr-defined]
             if rx.search(key):
                 new = None if repl is None else rx.sub(repl, key)
@@ -190,23 +260,29 @@ class WeightsMapper:
             return NotImplemented
         # Every field merges; upstream once forgot the regex one and dropped its rules silently.
         return WeightsMapper(
+            orig_to_new_renaming=[*self.orig_to_new_renaming, *other.orig_to_new_renaming],
             **{
                 f"orig_to_new_{s}": {
                     **getattr(self, f"orig_to_new_{s}"),
                     **getattr(other, f"orig_to_new_{s}"),
                 }
                 for s in STAGES
-            }
+            },
         )
 
     def is_empty(self) -> bool:
-        return not any(getattr(self, f"orig_to_new_{s}") for s in STAGES)
+        return not any(getattr(self, f"orig_to_new_{s}") for s in ALL_STAGES)
 
     @classmethod
     def from_json(cls, rules: Mapping[str, Mapping[str, Any]]) -> WeightsMapper:
         """Build from ``{"orig_to_new_prefix": {...}, ...}`` as read from JSON.
 
         JSON has no tuples: a stacked rule's ``[new_substr, shard_id]`` list becomes a tuple.
+        Renaming objects are Python objects: build those mappers in Python.
+
+        >>> m = WeightsMapper.from_json({"orig_to_new_stacked": {"q_proj": ["qkv_proj", "q"]}})
+        >>> m.map_name_with_shard("a.q_proj.w")
+        ('a.qkv_proj.w', 'q')
         """
         fields = {f"orig_to_new_{s}" for s in STAGES}
         unknown = set(rules) - fields

@@ -161,3 +161,63 @@ def test_from_json_checks_fields():
         WeightsMapper.from_json({"orig_to_new_prefixes": {}})
     with pytest.raises(MapperConfigError, match="str to str or None"):
         WeightsMapper(orig_to_new_prefix={"a": 3})
+
+
+class Rename:
+    """The renaming protocol transformers' ``WeightRenaming`` follows: (new key, what matched)."""
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+        self.calls: list[str] = []
+
+    def rename_source_key(self, key: str):
+        self.calls.append(key)
+        hit = self.old in key
+        return (key.replace(self.old, self.new), self.old if hit else None)
+
+
+def test_renaming_runs_first_in_list_order_and_chains():
+    first, second = Rename("LayerNorm", "norm"), Rename("norm.gamma", "norm.weight")
+    m = WeightsMapper(
+        orig_to_new_renaming=[first, second],
+        orig_to_new_regex={r"norm\.weight$": "norm.w"},  # sees the renamed key
+        orig_to_new_prefix={"bert.": ""},
+    )
+    t = m.trace("bert.LayerNorm.gamma")
+    assert t.result == "norm.w"
+    assert [s.stage for s in t.steps] == ["renaming", "renaming", "regex", "prefix"]
+    assert [s.after for s in t.steps[:2]] == ["bert.norm.gamma", "bert.norm.weight"]
+    assert first.calls == ["bert.LayerNorm.gamma"] and second.calls == ["bert.norm.gamma"]
+    # A renaming that changes nothing leaves no step but is still asked.
+    assert m.trace("x").steps == () and first.calls[-1] == "x"
+
+
+def test_renaming_list_is_copied_merged_in_order_and_checked():
+    a, b = Rename("a", "b"), Rename("b", "c")
+    rules = [a]
+    m = WeightsMapper(orig_to_new_renaming=rules)
+    rules.append(b)  # the caller's list changing later does not change the mapper
+    assert m.map_name("a") == "b"
+    merged = m | WeightsMapper(orig_to_new_renaming=[b])
+    assert merged.orig_to_new_renaming == (a, b) and merged.map_name("a") == "c"
+    assert not merged.is_empty() and WeightsMapper().is_empty()
+    with pytest.raises(MapperConfigError, match="rename_source_key"):
+        WeightsMapper(orig_to_new_renaming=["a->b"])
+
+
+def test_renaming_must_return_a_name():
+    class Broken:
+        def rename_source_key(self, key):
+            return None, None
+
+    with pytest.raises(MapperConfigError, match="returned None"):
+        WeightsMapper(orig_to_new_renaming=[Broken()]).map_name("x")
+
+
+def test_regex_module_patterns_are_accepted():
+    import regex  # what vLLM's models compile their rules with (a dev dependency)
+
+    m = WeightsMapper(orig_to_new_regex={regex.compile(r"h\.(\d+)"): r"layers.\1"})
+    assert m.map_name("h.3.w") == "layers.3.w"
+    with pytest.raises(MapperConfigError, match="invalid replacement"):
+        WeightsMapper(orig_to_new_regex={regex.compile("(a)"): r"\2"})

@@ -304,9 +304,12 @@ def parse_mapper(
 
 def mapper_report(mapper: WeightsMapper, names: list[str], source: str) -> MapperReport:
     """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys."""
-    from loadkit.mapper import STAGES
+    from loadkit.mapper import STAGES, renaming_label
 
     rules: dict[tuple[str, str], RuleUse] = {}
+    for renaming in mapper.orig_to_new_renaming:  # objects, not a table: no target to show
+        label = renaming_label(renaming)
+        rules[("renaming", label)] = RuleUse("renaming", label, "rename_source_key")
     for stage in STAGES:
         for rule, target in getattr(mapper, f"orig_to_new_{stage}").items():
             text = getattr(rule, "pattern", rule)

@@ -1,0 +1,229 @@
+"""WeightsMapper against upstream's: generated rules of all six stages, generated names."""
+
+from __future__ import annotations
+
+import re
+
+import regex
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from upstream.common import PROPERTY, Difference, loadkit_side, record, run
+
+PARTS = ["model", "layers", "0", "1", "q_proj", "k_proj", "weight", "bias", "norm", "gamma"]
+FRAGMENTS = ["", "model.", "layers.", ".0", "0", "q_proj", "k_proj", "proj", ".weight", "weight",
+             "norm", "gamma", "bias", ".", "h.", "x"]  # fmt: skip
+SHARDS = [0, 1, "q", "k"]
+# Each pattern with replacements valid for it (``\\2``, invalid for all, is drawn rarely).
+PATTERNS = {
+    r"layers\.(\d+)": ["h.", r"h.\1", r"\g<1>", r"layers.\1."],
+    r"^model\.": ["", "m.", "model.model."],
+    r"(\w+)_proj": [r"\1_p", r"\g<1>"],
+    r"\.weight$": [".w", ""],
+    r"norm": ["ln", "norm"],
+    r"(?P<n>\d)": [r"\g<n>0", "d"],
+    r"gamma|beta": ["weight"],
+    r"(a)?x": [r"\1y", "y"],  # an optional group that may not take part: "" in the template
+}
+
+names = st.lists(st.sampled_from(PARTS), min_size=1, max_size=4).map(".".join)
+fragment = st.sampled_from(FRAGMENTS)
+value = st.one_of(st.none(), fragment)
+
+
+class Rename:
+    """A renaming object as transformers' ``WeightRenaming`` is one: a regex and its target."""
+
+    def __init__(self, source: str, target: str) -> None:
+        self.source_patterns, self.target_patterns = [source], [target]
+        self._rx = re.compile(source)
+
+    def rename_source_key(self, key: str):
+        new, n = self._rx.subn(self.target_patterns[0], key, count=1)
+        return new, (self.source_patterns[0] if n else None)
+
+    def __repr__(self) -> str:
+        return f"Rename({self.source_patterns[0]!r}, {self.target_patterns[0]!r})"
+
+
+renamings = st.lists(
+    st.builds(
+        Rename,
+        st.sampled_from([r"gamma", r"^model\.", r"layers\.(\d)", r"k_proj"]),
+        st.sampled_from(["weight", "", "h.", "v_proj"]),
+    ),
+    max_size=2,
+)
+
+
+@st.composite
+def rare(draw, p: int = 30) -> bool:
+    """True about once in ``p`` draws: documented-deviation inputs stay a small share.
+
+    A middle value, not 0: hypothesis draws the ends of a range far more often than 1 in ``p``.
+    """
+    return draw(st.integers(0, p - 1)) == p // 2
+
+
+@st.composite
+def regex_rules(draw):
+    rules = {}
+    for _ in range(draw(st.integers(0, 2))):
+        source = draw(st.sampled_from(sorted(PATTERNS)))
+        compile_ = str if draw(rare()) else draw(st.sampled_from([re.compile, regex.compile]))
+        if draw(rare(8)):
+            template = None
+        elif draw(rare()):
+            template = r"\2"
+        else:
+            template = draw(st.sampled_from(PATTERNS[source]))
+        rules[compile_(source)] = template
+    return rules
+
+
+@st.composite
+def rule_table(draw, *, stacked: bool = False, suffix: bool = False):
+    table = {}
+    for _ in range(draw(st.integers(0, 2))):
+        key = draw(fragment)
+        if suffix and key == "" and not draw(rare(3)):
+            key = ".weight"
+        if stacked:
+            table[key] = None if draw(rare()) else (draw(fragment), draw(st.sampled_from(SHARDS)))
+        else:
+            table[key] = draw(value)
+    return table
+
+
+@st.composite
+def mapper_rules(draw):
+    return {
+        "orig_to_new_renaming": draw(renamings),
+        "orig_to_new_regex": draw(regex_rules()),
+        "orig_to_new_substr": draw(rule_table()),
+        "orig_to_new_stacked": draw(rule_table(stacked=True)),
+        "orig_to_new_prefix": draw(rule_table()),
+        "orig_to_new_suffix": draw(rule_table(suffix=True)),
+    }
+
+
+# --- which differences are the documented ones ---------------------------------------------------
+
+
+def _bad_template(pattern, template) -> bool:
+    groups = pattern.groups if not isinstance(pattern, str) else re.compile(pattern).groups
+    named = dict(getattr(pattern, "groupindex", {}) or {})
+    probe = re.compile("".join(
+        f"(?P<{n}>)" if n else "()"
+        for n in (next((k for k, v in named.items() if v == i), None) for i in range(1, groups + 1))
+    ))  # fmt: skip
+    try:
+        probe.sub(template, "")
+    except (re.error, IndexError):
+        return True
+    return False
+
+
+def build_deviation(rules) -> str | None:
+    """Why loadkit may refuse these rules at build time (upstream builds anything)."""
+    if "" in rules["orig_to_new_suffix"]:
+        return "mapper-build"
+    for pattern, template in rules["orig_to_new_regex"].items():
+        if template is not None and _bad_template(pattern, template):
+            return "mapper-build"
+    return None
+
+
+def use_deviation(rules, err: BaseException) -> str | None:
+    """Which documented deviation an upstream error at use comes from, if any."""
+    text = f"{type(err).__name__}: {err}"
+    if any(isinstance(k, str) for k in rules["orig_to_new_regex"]) and (
+        "'str' object has no attribute 'search'" in text
+    ):
+        return "str-regex"
+    if (
+        None in rules["orig_to_new_stacked"].values()
+        and "cannot unpack non-iterable NoneType" in text
+    ):
+        return "stacked-none"
+    if "" in rules["orig_to_new_suffix"] and "empty separator" in text:
+        return "mapper-build"
+    if isinstance(err, (re.error, regex.error, IndexError)) and build_deviation(rules):
+        return "mapper-build"
+    return None
+
+
+def compare_mappers(up_m, lk_m, rules, names_) -> list[Difference]:
+    diffs: list[Difference] = []
+    for name in names_:
+        u = run(lambda: up_m._map_name_with_shard(name))  # noqa: B023 (called at once)
+        k = run(lambda: lk_m.map_name_with_shard(name))  # noqa: B023
+        if u.raised or k.raised:
+            dev = use_deviation(rules, u.error) if u.raised and not k.raised else None
+            if not (u.raised and k.raised and type(u.error) is type(k.error)):
+                diffs.append(
+                    Difference(f"{name!r}: upstream {u.describe()}, loadkit {k.describe()}", dev)
+                )
+            continue
+        if u.value != k.value or (u.value is not None and type(u.value[1]) is not type(k.value[1])):
+            diffs.append(Difference(f"{name!r}: upstream {u.value!r}, loadkit {k.value!r}"))
+        if up_m._map_name(name) != lk_m._map_name(name):
+            diffs.append(Difference(f"{name!r}: _map_name differs"))
+    if diffs:
+        return diffs  # the bulk methods repeat the per-name difference
+
+    u_list, k_list = up_m.apply_list(list(names_)), lk_m.apply_list(list(names_))
+    if u_list != k_list:
+        diffs.append(Difference(f"apply_list: upstream {u_list}, loadkit {k_list}"))
+    table = {n: i for i, n in enumerate(names_)}
+    if up_m.apply_dict(table) != lk_m.apply_dict(table):
+        diffs.append(Difference("apply_dict differs"))
+
+    def applied(m):
+        out = []
+        for n, t in m.apply((n, torch.zeros(1)) for n in names_):
+            out.append((n, getattr(t, "shard_id", "<none>")))
+        return out
+
+    if applied(up_m) != applied(lk_m):
+        diffs.append(Difference(f"apply: upstream {applied(up_m)}, loadkit {applied(lk_m)}"))
+    return diffs
+
+
+def _check(up, rules, names_, prop):
+    lk = loadkit_side()
+    up_m = up.WeightsMapper(**rules)
+    built = run(lambda: lk.WeightsMapper(**rules))
+    if built.raised:
+        dev = build_deviation(rules)
+        from loadkit.errors import MapperConfigError
+
+        ok = isinstance(built.error, MapperConfigError) and dev is not None
+        record(prop, [Difference(f"loadkit refused at build: {built.error}", dev if ok else None)])
+        return
+    record(prop, compare_mappers(up_m, built.value, rules, names_))
+
+
+@PROPERTY
+@given(rules=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
+def test_mapper_maps_like_upstream(up, rules, names_):
+    _check(up, rules, names_, "mapper: map_name/apply/apply_list/apply_dict")
+
+
+@PROPERTY
+@given(a=mapper_rules(), b=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
+def test_merged_mapper_maps_like_upstream(up, a, b, names_):
+    lk = loadkit_side()
+    merged_rules = {f: (a[f] + b[f]) if f.endswith("renaming") else {**a[f], **b[f]} for f in a}
+    built = run(lambda: lk.WeightsMapper(**a) | lk.WeightsMapper(**b))
+    up_m = up.WeightsMapper(**a) | up.WeightsMapper(**b)
+    prop = "mapper: merged mappers"
+    if built.raised:
+        from loadkit.errors import MapperConfigError
+
+        dev = build_deviation(a) or build_deviation(b)
+        ok = isinstance(built.error, MapperConfigError) and dev is not None
+        record(prop, [Difference(f"loadkit refused at build: {built.error}", dev if ok else None)])
+        return
+    record(prop, compare_mappers(up_m, built.value, merged_rules, names_))

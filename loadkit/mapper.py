@@ -123,13 +123,6 @@ class WeightsMapper:
         object.__setattr__(self, "orig_to_new_renaming", renaming)
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
-            if not isinstance(pattern, (str, re.Pattern)) or not (
-                repl is None or isinstance(repl, str)
-            ):
-                raise MapperConfigError(
-                    f"WeightsMapper: orig_to_new_regex rules map a pattern to a str or None, "
-                    f"not {pattern!r}: {repl!r}"
-                )
             rx = _compile(pattern)
             if repl is not None:
                 try:

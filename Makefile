@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.loadkit-installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test test-deep test-upstream setup lint data clean
+.PHONY: lab test test-deep test-upstream setup lint data clean notebooks
 
 setup: $(STAMP)
 
@@ -31,9 +31,22 @@ test-upstream: $(STAMP)
 	$(BIN)/python tests/upstream/fetch.py
 	$(BIN)/python -m pytest tests/upstream
 
-# The property tests only, with random seeds and ten times the examples (minutes, not seconds).
+# make test's property tests with random seeds and ten times the examples (tests/conftest.py).
+# pytest's exit 5 (nothing collected) is an error here, not a silent pass.
 test-deep: $(STAMP)
-	$(BIN)/python -m pytest --hypothesis-profile=deep -m hypothesis --ignore=tests/upstream tests
+	$(BIN)/python -m pytest --hypothesis-profile=deep -m hypothesis --ignore=tests/upstream tests; \
+	status=$$?; \
+	if [ $$status = 5 ]; then echo "make test-deep: no property tests collected" >&2; exit 1; fi; \
+	exit $$status
+
+# Execute the notebooks in place (NB=01_pooling_probe.ipynb for one), then drop the widget views
+# that have no saved state, so readers without a kernel see each chart's picture.
+NB ?= $(notdir $(wildcard notebooks/*.ipynb))
+notebooks: $(STAMP)
+	cd notebooks && for nb in $(NB); do \
+	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.store_widget_state=False $$nb || exit 1; done
+	$(BIN)/python -m loadkit.demo.saved $(addprefix notebooks/,$(NB))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 2.0  # inspect's whole process against a plain parse of the same headers
 OUT = ROOT / "data" / "big" / "inspect_speed"
 GIB = 1 << 30
 

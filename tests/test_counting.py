@@ -10,6 +10,7 @@ from loadkit import (
     default_weight_loader,
     get_numel_loaded,
 )
+from loadkit.errors import LoadkitError
 
 
 def test_copy_counter_counts_destination_numel_any_device():
@@ -75,5 +76,5 @@ def test_get_numel_loaded_no_cap_without_a_tensor_param():
 
 def test_get_numel_loaded_rejects_unknown_behaviour():
     p = torch.nn.Parameter(torch.zeros(1))
-    with pytest.raises(ValueError):
+    with pytest.raises(LoadkitError, match="behaviour must be 'old' or 'new'"):
         get_numel_loaded(default_weight_loader, _bind(default_weight_loader, p, p), behaviour="x")

@@ -200,7 +200,7 @@ def test_config_validation():
         g4.Gemma4Config(vision_layers=2)
     with pytest.raises(LoadkitError, match="dtype"):
         g4.Gemma4Config(dtype="float7")
-    with pytest.raises(ValueError):
+    with pytest.raises(LoadkitError, match="hidden_size must be a non-negative int"):
         g4.Gemma4Config(hidden_size=-1)
 
 

@@ -81,7 +81,12 @@ def expected_status(name, mapper, model_params):
     return IGNORED
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 1.5 times the profile's examples (150 in CI, 1500 under make test-deep).
+@settings(
+    max_examples=settings().max_examples * 3 // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(scenarios())
 def test_ledger_partitions_checkpoint_and_model(scenario):
     model, ckpt, mapper = scenario

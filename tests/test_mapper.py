@@ -56,7 +56,7 @@ def test_empty_suffix_is_a_configuration_error():
 
 
 def test_invalid_regex_names_the_pattern():
-    with pytest.raises(ValueError, match=r"\(unclosed"):
+    with pytest.raises(MapperConfigError, match=r"\(unclosed"):
         WeightsMapper(orig_to_new_regex={"(unclosed": "x"})
     with pytest.raises(LoadkitError, match="invalid replacement"):
         WeightsMapper(orig_to_new_regex={"(a)": r"\2"})

@@ -2,10 +2,12 @@
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
+from loadkit import open_checkpoint
 from loadkit.demo.stories import plamo2 as story
 from loadkit.demo.viz import figure_data
-from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM
+from loadkit.models.plamo2 import BEHAVIOURS, DATA_FILES, Plamo2Config, Plamo2ForCausalLM, rename
 
 FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
 
@@ -120,19 +122,42 @@ def test_tables():
     assert "skip_prefixes 'lm_head.'" in story.ledger_side_by_side(kind="tied-with-lm-head")
 
 
-def test_controls_swap_behaviour_and_tie(records):
-    fig = story.main_figure(records[False])
-    toggle, tie = story.controls(fig, records)
-    assert toggle.value == "old" and toggle.options == BEHAVIOURS
-    toggle.value = "moved-verbatim"
-    data = figure_data(fig)
-    assert "[moved-verbatim]" in data.splitlines()[0]
-    assert list(fig.data[0].y).count(1.0) == 1 and len(fig.data[0].x) == 30
-    tie.value = True
-    assert "(tied) [moved-verbatim]" in fig.layout.title.text
-    assert len(fig.data[0].x) == 29
-    toggle.value = "loose-match"
-    assert list(fig.data[0].y).count(1.0) == 5
+def test_heatmap_shows_every_behaviour_and_the_toggle_swaps_checkpoints():
+    view = story.main_view()
+    assert view.toggle.options == ("untied", "tied") and view.toggle.value == "untied"
+    (trace,) = view.chart.fig.data
+    assert len(trace.y) == 30 and len(trace.x) == len(BEHAVIOURS)
+    assert [x.split("<br>")[1] for x in trace.x] == ["all exact", "all exact", "1 wrong", "5 wrong"]
+    cells = {
+        (r, c): v
+        for r, row in zip(trace.y, trace.z, strict=True)
+        for c, v in zip(trace.x, row, strict=True)
+        if v
+    }
+    assert sorted(cells.values()) == [-1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert cells[("norm.weight", trace.x[2])] == -1.0  # moved-verbatim: final norm 1.0 too low
+    view.toggle.value = "tied"
+    (trace,) = view.chart.fig.data
+    assert len(trace.y) == 29 and "lm_head.weight" not in trace.y
+    assert view.chart.fig.layout.title.text.endswith("[tied]")
+    assert "heatmap: 29 x 4 cells, values ['-1', '0', '1']" in figure_data(view.chart)
+
+
+def test_forward_and_lm_head_figures_say_exact():
+    fig = story.forward_figure(story.forward_record())
+    (trace,) = fig.data
+    assert [x.split("<br>")[1] for x in trace.x] == ["all exact", "all exact", "1 wrong", "5 wrong"]
+    lm = story.lm_head_figure(story.lm_head_overwrite())
+    # Only "skip_prefixes removed" ends with lm_head.weight in the embedding: its bar is the
+    # checkpoint's own gap between the two tensors, read here with the safetensors library.
+    folder = story.DATA_DIR / "plamo2" / "tied-with-lm-head"
+    tensors = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    gap = (tensors["lm_head.weight"] - tensors["model.embed_tokens.weight"]).abs().max().item()
+    assert gap > 0
+    labels = [t.split(":")[0] for t in lm.data[0].text]
+    assert labels == ["exact", "exact", f"{gap:.3g}", "exact"]
 
 
 def test_missing_data_names_the_file(monkeypatch, tmp_path):
@@ -147,6 +172,14 @@ def test_in_proj_figure():
     assert list(z[0][:8]) == [0] * 8 and list(z[1][:12]) == [0] * 4 + [1] * 4 + [2] * 4
 
 
-def test_story_models_stay_constructible_on_meta():
+@pytest.mark.parametrize("kind", list(DATA_FILES))
+def test_story_configs_build_on_meta_the_shapes_of_their_checkpoint(kind):
+    config = story.config_of(kind)
     with torch.device("meta"):
-        Plamo2ForCausalLM(story.config_of("untied"))
+        model = Plamo2ForCausalLM(config)
+    got = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    assert all(p.is_meta for p in model.parameters())
+    header = open_checkpoint(story.data_path(kind)).tensors
+    tied_head = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    want = {rename(k): tuple(t.shape) for k, t in header.items() if k not in tied_head}
+    assert got == want

@@ -10,7 +10,6 @@ from torch import nn
 from loadkit import (
     AutoWeightsLoader,
     CloneCounter,
-    ProbeRecord,
     WeightsMapper,
     as_pooling_model,
     open_checkpoint,
@@ -363,12 +362,5 @@ def test_subclass_keeps_constructor_and_is_cached(config):
     assert cls(config).config == config and cls.is_pooling_model
     with pytest.raises(LoadkitError, match="behaviour"):
         as_pooling_model(G4, behaviour="newer")
-    with pytest.raises(ValueError, match="forward"):
+    with pytest.raises(LoadkitError, match="forward must be"):
         as_pooling_model(G4, forward="both")
-
-
-def test_probe_record_fields_are_the_verdicts():
-    rec = ProbeRecord("new", "", 0, "k", 1, 8, ("k",), 1, 8, 3, 24, True, "original")
-    v = rec.verdict()
-    assert (v.prefix, v.walked, v.cloned_bytes, v.total_keys, v.total_bytes) == ("", 1, 8, 3, 24)
-    assert rec.hit and v.hit

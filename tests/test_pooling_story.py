@@ -4,7 +4,7 @@ import pytest
 
 from loadkit.demo.scenario import outcome_table
 from loadkit.demo.stories import pooling_probe as pp
-from loadkit.demo.viz import behaviour_toggle, figure_data
+from loadkit.demo.viz import figure_data
 from loadkit.models import gemma4 as g4
 
 N_KEYS = 73
@@ -31,14 +31,17 @@ def test_main_records_old_clones_everything_new_one(records):
     assert [e["clones"] for e in old.events] == list(range(1, N_KEYS + 1))
 
 
-def test_toggle_drives_the_main_figure(records):
-    fig = pp.main_figure(records)
-    toggle = behaviour_toggle(records, fig)
-    assert toggle.value == "old" and list(fig.data[0].y)[-1] == 100.0
-    toggle.value = "new"
+def test_toggle_drives_the_main_chart_on_fixed_axes(records):
+    view = pp.main_view(records)
+    fig = view.chart.fig
+    assert view.toggle.value == "old" and list(fig.data[0].y)[-1] == 100.0
+    view.toggle.value = "new"
+    fig = view.chart.fig
     assert fig.layout.title.text.endswith("[new]")
     assert list(fig.data[0].y) == records["new"].series["tensors cloned (% of checkpoint)"].y
-    assert "tensors cloned (% of checkpoint): x=[1, 2" in figure_data(fig)
+    assert view.chart.spec["data"][0]["y"] == list(fig.data[0].y)  # what the page receives
+    assert "tensors cloned (% of checkpoint): 73 points, all 1.37" in figure_data(view.chart)
+    assert list(fig.layout.yaxis.range) == [0, 105] and list(fig.layout.xaxis.range) == [0.5, 73.5]
 
 
 def test_outcome_table_has_both_columns(records):
@@ -56,10 +59,20 @@ def test_clone_protection_records():
     assert off["old: intact"] == ["per_layer_projection_norm.weight"]
     assert off["new: parameters corrupted"] == "0 of 61"
     fig = pp.clone_figure(recs)
-    assert "old: 60 of 61 parameters with wrong values" in pp.bars_summary(fig)
-    toggle = behaviour_toggle(recs, fig, description="clone")
-    toggle.value = "clone on"
-    assert "old: 0 of 61" in pp.bars_summary(fig)
+    assert [list(r) for r in fig.data[0].z] == [[0, 60], [0, 0]]  # rows old, new
+    assert [list(r) for r in fig.data[0].text] == [
+        ["all 61 exact", "60 of 61 corrupted"],
+        ["all 61 exact", "all 61 exact"],
+    ]
+    assert pp.clone_table(recs).splitlines()[1].split() == [
+        "old",
+        "0",
+        "of",
+        "61",
+        "60",
+        "of",
+        "61",
+    ]
 
 
 def test_full_scale_records_and_slider():
@@ -69,14 +82,19 @@ def test_full_scale_records_and_slider():
     assert old["cloned"] == old["checkpoint size"] == "9.535 GiB"
     assert (new["clones"], new["keys walked by the probe"], new["prefix found"]) == (1, 1, "''")
     assert old["header-only verdict agrees"] and new["header-only verdict agrees"]
-    fig = pp.full_scale_figure(full)
-    slider = pp.layers_slider(fig)
-    slider.value = 10
-    ends = pp.chart_endpoints(fig)
+    view = pp.full_scale_view(full)
+    axes = (list(view.chart.fig.layout.xaxis.range), list(view.chart.fig.layout.yaxis.range))
+    view.slider.value = 10
+    ends = pp.chart_endpoints(view.chart)
     assert ends.startswith("title: Full scale on paper (meta device) [10 text layers]")
     n10 = 2014 - 17 * 25
-    assert f"old: cloned: {n10} keys read" in ends and f"new: cloned: {n10} keys read" in ends
-    assert "new: cloned: 1589 keys read, ends at 0.000 GiB" in ends
+    assert f"old: held as clones: {n10} keys read" in ends
+    assert f"new: held as clones: {n10} keys read, ends at 0.000 GiB" in ends
+    # the axes stay those of the full layout: smaller layouts compare by eye
+    assert (
+        list(view.chart.fig.layout.xaxis.range),
+        list(view.chart.fig.layout.yaxis.range),
+    ) == axes
 
 
 def test_layouts_table_shows_why_the_probe_exists():

@@ -1,6 +1,7 @@
 import pytest
 
 from loadkit import WeightsMapper
+from loadkit.errors import LoadkitError
 from loadkit.pooling.probe import lookup_name, match_prefix, probe_verdict
 
 PARAMS = {"language_model.model.embed.weight", "language_model.model.layer0.weight"}
@@ -46,5 +47,5 @@ def test_prefix_order_empty_first():
     assert match_prefix("w", {"w", "model.w"}) == ""
     assert match_prefix("w", {"model.w"}) == "model."
     assert match_prefix("w", set()) is None
-    with pytest.raises(ValueError):
+    with pytest.raises(LoadkitError, match="behaviour must be 'old' or 'new'"):
         lookup_name("w", None, "newer")

@@ -1,7 +1,6 @@
 import pytest
 
 from loadkit.demo.stories import reload as story
-from loadkit.demo.viz import figure_data
 from loadkit.models.nemotron_h import ORDERS
 
 MIXERS = ["layers.0.mixer", "layers.1.mixer", "layers.4.mixer", "layers.6.mixer"]
@@ -72,32 +71,39 @@ def test_composed_loader_copies_text():
     assert "'old') -> 8" in text and "'new') -> 4" in text
 
 
-def test_explorer_widgets_drive_both_figures_and_return_to_main_records():
+def test_counter_view_shows_old_and_new_shares_per_layer():
+    text = story.counter_text()
+    assert "layers.0.mixer           old: A 67% + dt_bias 33% = 100%; D dropped → NaN" in text
+    assert "layers.0.mixer           new: A 33% + dt_bias 33% + D 33% = 100%" in text
+    fig = story.counter_figure()
+    dropped = next(t for t in fig.data if t.name == "dropped → NaN")
+    assert list(dropped.text) == ["D dropped → NaN"] * 4
+    assert [round(b) for b in dropped.base] == [100] * 4  # stacked on top of the layer total
+    a = next(t for t in fig.data if t.name == "A")
+    assert [round(y) for y in a.y] == [67] * 4 + [33] * 4  # old (first) counts A twice
+    assert list(fig.layout.yaxis.range) == story.Y_RANGE
+    block = story.counter_text("d-last", "layers.2 (*)")
+    assert (
+        "layers.2.mixer.qkv_proj  old: weight #1 50% + weight #2 25% + weight #3 25% = 100%"
+        in block
+    )
+
+
+def test_explorer_widgets_drive_the_charts_and_return_to_main_records():
     ex = story.explorer()
     assert ex.toggle.value == "old" and ex.order.value == "d-last"
-    main = story.main_records()
-    assert [list(t.y) for t in ex.counter.data] == [s.y for s in main["old"].series.values()]
+    start = ex.state()
+    assert "[old, d-last] forward on 8 tokens: NaN logits (all 512)" in start
     ex.toggle.value = "new"
-    assert "dropped (excessive): x=[] y=[]" in figure_data(ex.counter)
-    assert "[new, d-last]" in ex.grid.layout.title.text
-    assert "finite logits" in ex.logits.layout.title.text
-    assert list(ex.logits.data[1].y) == [0] * 8  # no NaN at any position
+    assert ex.grid.fig.layout.title.text.endswith("[new]")
+    assert "finite logits" in ex.logits.fig.layout.title.text
+    assert list(ex.logits.fig.data[1].y) == [0] * 8  # no NaN at any position
+    assert ex.grid.fig.to_dict() == story.toggle_figure(story.main_records()["new"]).to_dict()
     ex.order.value = "shuffled"
     ex.toggle.value = "old"
-    assert "[old, shuffled]" in ex.grid.layout.title.text
-    assert "NaN logits" in ex.logits.layout.title.text
-    assert list(ex.logits.data[1].y) == [64] * 8
+    assert "NaN logits" in ex.logits.fig.layout.title.text
+    assert "[shuffled by layer; mamba mixers]" in ex.counter.fig.layout.title.text
     ex.picker.value = "layers.2 (*)"
-    assert {t.name for t in ex.counter.data} == {
-        "layers.2.norm",
-        "layers.2.mixer.qkv_proj",
-        "layers.2.mixer.o_proj",
-        "total",
-        "finalised",
-        "dropped (excessive)",
-    }
+    assert "layers.2.mixer.qkv_proj" in ex.state()
     ex.order.value, ex.picker.value = "d-last", story.MIXERS
-    for b in ("new", "old"):
-        ex.toggle.value = b
-        assert [list(t.y) for t in ex.counter.data] == [s.y for s in main[b].series.values()]
-    assert "codes:" in ex.state()
+    assert ex.state() == start

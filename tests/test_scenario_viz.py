@@ -1,5 +1,5 @@
 from loadkit.demo.scenario import Record, outcome_table, run_behaviours
-from loadkit.demo.viz import behaviour_toggle, figure, figure_data
+from loadkit.demo.viz import figure, figure_data, record_view
 
 
 def scenario(behaviour, n=3):
@@ -26,16 +26,17 @@ def test_outcome_table_and_summary():
     assert recs["new"].summary().splitlines()[0] == "[new]"
 
 
-def test_toggle_swaps_figure_data_between_records():
+def test_toggle_swaps_the_chart_between_records():
     recs = run_behaviours(scenario)
-    fig = figure(recs["old"], title="probe")
-    toggle = behaviour_toggle(recs, fig)
-    assert toggle.value == "old"
-    assert list(fig.data[0].y) == [2, 4, 6]
-    toggle.value = "new"
-    assert list(fig.data[0].y) == [1, 2, 3]
-    assert fig.layout.title.text == "probe [new]"
-    assert "clones: x=[0, 1, 2] y=[1, 2, 3]" in figure_data(fig)
     seen = []
-    behaviour_toggle(recs, fig, on_change=lambda r: seen.append(r.behaviour)).value = "old"
-    assert seen == ["old"] and list(fig.data[0].y) == [2, 4, 6]
+    view = record_view(
+        recs, lambda r: figure(r, title="probe"), on_change=lambda r: seen.append(r.behaviour)
+    )
+    assert view.toggle.value == "old"
+    assert list(view.chart.fig.data[0].y) == [2, 4, 6]
+    view.toggle.value = "new"
+    assert list(view.chart.fig.data[0].y) == [1, 2, 3]
+    assert view.chart.spec["data"][0]["y"] == [1, 2, 3]  # the synced state follows
+    assert view.chart.fig.layout.title.text == "probe [new]"
+    assert "clones: 3 points, from 1 to 3 (min 1, max 3)" in figure_data(view.chart)
+    assert seen == ["new"]

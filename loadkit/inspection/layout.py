@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from loadkit.errors import printable
+from loadkit.errors import LoadkitError, printable
 
 _NUMBERED = object()  # the key numbered siblings share while a folded tree is built
 MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)
@@ -92,7 +92,7 @@ class LayoutNode:
             if node.own is not None:
                 count, nbytes, dtype = node.own
                 if count != 1:
-                    raise ValueError(f"{node.path!r} stands for {count} tensors: a folded tree")
+                    raise LoadkitError(f"{node.path!r} stands for {count} tensors: a folded tree")
                 yield node.path, nbytes, dtype
 
     def folded(self) -> LayoutNode:

@@ -13,6 +13,8 @@ from typing import Literal
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from loadkit.errors import LoadkitError
+
 Behaviour = Literal["old", "new"]
 
 _COPY = torch.ops.aten.copy_.default
@@ -79,5 +81,5 @@ def get_numel_loaded(
         if isinstance(param, torch.Tensor):
             numel = min(numel, param.numel())
     elif behaviour != "old":
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
+        raise LoadkitError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
     return numel, result

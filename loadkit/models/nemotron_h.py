@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from loadkit.checkpoint.writer import save_in_order
-from loadkit.errors import CheckpointError, ShapeMismatchError
+from loadkit.errors import CheckpointError, LoadkitError, ShapeMismatchError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import composed_weight_loader, default_weight_loader
 from loadkit.mapper import WeightsMapper
@@ -73,9 +73,9 @@ class NemotronHConfig:
     def __post_init__(self) -> None:
         bad = sorted(set(self.hybrid_override_pattern) - set(LAYER_KINDS))
         if bad:
-            raise ValueError(f"hybrid_override_pattern has unknown layer kinds {bad}")
+            raise LoadkitError(f"hybrid_override_pattern has unknown layer kinds {bad}")
         if self.mamba_num_heads % self.n_groups:
-            raise ValueError("mamba_num_heads must be a multiple of n_groups")
+            raise LoadkitError("mamba_num_heads must be a multiple of n_groups")
 
     @property
     def num_hidden_layers(self) -> int:
@@ -203,7 +203,7 @@ class NemotronHAttention(nn.Module):
         """Copy one of q, k, v into its rows (the shard id comes from the mapper's stacked rule)."""
         shard_id = shard_id if shard_id is not None else getattr(loaded_weight, "shard_id", None)
         if shard_id not in self.shards:
-            raise ValueError(f"qkv_proj needs shard id 'q', 'k' or 'v', got {shard_id!r}")
+            raise LoadkitError(f"qkv_proj needs shard id 'q', 'k' or 'v', got {shard_id!r}")
         start, size = self.shards[shard_id]
         rows = param.data.narrow(0, start, size)
         if rows.shape != loaded_weight.shape:
@@ -367,7 +367,7 @@ def make_checkpoint(
     """
     c = config or NemotronHConfig()
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+        raise LoadkitError(f"order must be one of {ORDERS}, not {order!r}")
     g = torch.Generator().manual_seed(seed)
     dtype = c.torch_dtype
     out: dict[str, torch.Tensor] = {

@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from loadkit.errors import LoadkitError
 from loadkit.mapper import WeightsMapper
 
 Behaviour = Literal["old", "new"]
@@ -29,7 +30,7 @@ def lookup_name(name: str, mapper: WeightsMapper | None, behaviour: Behaviour) -
     if behaviour == "new" and mapper is not None:
         return mapper.map_name(name)
     if behaviour not in ("old", "new"):
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
+        raise LoadkitError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
     return name
 
 

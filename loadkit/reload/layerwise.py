@@ -159,7 +159,7 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) 
 def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new") -> None:
     """Put every layer on meta, zero its counter and wrap its loaders (see the module doc)."""
     if behaviour not in ("old", "new"):
-        raise ValueError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
+        raise LoadkitError(f"behaviour must be 'old' or 'new', not {behaviour!r}")
     previous = getattr(model, _SESSION_ATTR, None)
     if previous is not None and previous.open:
         raise ReloadStateError(

@@ -61,6 +61,7 @@ CHART_STATE_JS = """
       mode: t.mode === undefined ? null : t.mode,
       x: plain(t.x),
       y: plain(t.y),
+      z: (t.z || []).map((row) => plain(row)),
     })),
   };
 }
@@ -200,9 +201,33 @@ class NotebookPage:
         )
 
     def chart_state(self) -> dict[str, Any]:
-        plot = self.page.locator(PLOT).first
+        """The first chart after the main toggle, in page order: the chart the toggle drives."""
+        plot = self.main_toggle().locator("xpath=following::div[contains(@class,'js-plotly-plot')]")
+        plot = plot.first
         plot.wait_for(timeout=30_000)
         return plot.evaluate(CHART_STATE_JS)
+
+    def chart_widths(self) -> list[tuple[float, float]]:
+        """Each chart's width and the width of the output area it sits in, in pixels."""
+        return self.page.locator(PLOT).evaluate_all(
+            "(els) => els.map((el) => [el.getBoundingClientRect().width,"
+            " el.closest('.jp-OutputArea-output').getBoundingClientRect().width])"
+        )
+
+    def rerun_cell_of_main_toggle(self) -> None:
+        """Run again the cell whose output holds the main toggle (Shift+Enter), as a person
+        would, and wait for the fresh toggle."""
+        cell = self.main_toggle().locator("xpath=ancestor::div[contains(@class,'jp-CodeCell')][1]")
+        cell.locator(".jp-InputArea-prompt").click()
+        before = self.prompts()
+        self.page.keyboard.press("Shift+Enter")
+        self._wait(
+            lambda: self.prompts() != before and "[*]:" not in self.prompts(),
+            120,
+            "the toggle's cell to run again",
+            lambda: f"prompts {self.prompts()}",
+        )
+        self.page.wait_for_selector(IDLE, timeout=60_000)
 
     # -- leaving, and evidence on failure ------------------------------------------------------
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from lab_server import REPO, lab_argv, make_lab_command
 from toggle_check import click_order, describe_difference, expected_traces, title_shows
 from toy_story import main_records
 
-from loadkit.demo.viz import behaviour_toggle, figure, figure_data
+from loadkit.demo.viz import figure, figure_data, record_view
 
 
 def test_lab_command_is_the_makefiles():
@@ -24,20 +27,17 @@ def test_lab_command_is_the_makefiles():
     )
 
 
-def test_expected_traces_are_what_the_live_figure_shows_after_a_toggle():
+def test_expected_traces_are_what_the_live_chart_shows_after_a_toggle():
     records = main_records()
-    fig = figure(records["old"], title="t")
-    toggle = behaviour_toggle(records, fig)
-    toggle.value = "new"
-    live = [
-        {"name": t.name, "type": t.type, "mode": getattr(t, "mode", None), "x": t.x, "y": t.y}
-        for t in fig.data
-    ]
-    assert [(t["name"], list(t["x"]), list(t["y"])) for t in live] == [
+    view = record_view(records, figure)
+    view.toggle.value = "new"
+    live = view.chart.spec["data"]  # what the page receives
+    assert [(t["name"], t["x"], t["y"]) for t in live] == [
         (t["name"], t["x"], t["y"]) for t in expected_traces(records["new"])
     ]
-    assert title_shows(fig.layout.title.text, "new") and not title_shows("t [new]", "old")
-    assert "running count: x=['A', 'dt_bias', 'D'] y=[6, 12, 18]" in figure_data(fig)
+    title = view.chart.fig.layout.title.text
+    assert title_shows(title, "new") and not title_shows("t [new]", "old")
+    assert "running count: 3 points, from 6 to 18 (min 6, max 18)" in figure_data(view.chart)
 
 
 def test_the_two_behaviours_draw_different_charts():
@@ -53,3 +53,28 @@ def test_click_order_reaches_every_option_by_a_change():
     assert click_order(["old", "new"]) == ["old", "new", "old"]
     order = click_order(["old", "new", "moved-verbatim", "loose-match"])
     assert order[-1] == "old" and set(order) == {"old", "new", "moved-verbatim", "loose-match"}
+
+
+NO_PLAYWRIGHT = """
+import sys
+sys.modules["playwright"] = None  # import playwright fails, find_spec("playwright") is None
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def test_browser_folder_collects_and_runs_without_playwright():
+    """Without playwright: the helper tests run, the browser tests skip, one line says why."""
+    res = subprocess.run(
+        [sys.executable, "-c", NO_PLAYWRIGHT, "tests/browser", "-q",
+         "-k", "not without_playwright"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "error" not in out.lower(), out
+    assert "BROWSER TESTS SKIPPED: Python playwright is not installed" in out, out
+    assert re.search(r"\b4 passed\b", out), out

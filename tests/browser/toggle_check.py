@@ -1,7 +1,7 @@
 """What the chart must show for each behaviour, and the check that the page shows it.
 
-The expectation is computed by the library, from the story's records, with the same
-``loadkit.demo.viz.figure`` the notebook calls: the page must draw exactly those traces.
+The expectation is computed by the library, from the story's records, with the same figure
+builder the notebook's toggle calls: the page must draw exactly those traces.
 """
 
 from __future__ import annotations
@@ -9,12 +9,16 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any
-
-from lab_page import NotebookPage
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from loadkit.demo.scenario import Record
 from loadkit.demo.viz import figure
+
+if TYPE_CHECKING:  # lab_page imports playwright: the helpers here must import without it
+    from lab_page import NotebookPage
+
+Build = Callable[[Record], Any]
 
 
 def _plain(value: Any) -> Any:
@@ -31,14 +35,23 @@ def _trace(t: dict[str, Any]) -> dict[str, Any]:
         "name": t.get("name"),
         "type": t.get("type") or "scatter",
         "mode": t.get("mode"),
-        "x": [_plain(v) for v in t.get("x") or ()],
-        "y": [_plain(v) for v in t.get("y") or ()],
+        "x": [_flat(v) for v in t.get("x") or ()],
+        "y": [_flat(v) for v in t.get("y") or ()],
+        "z": [_flat(v) for v in t.get("z") or ()],
     }
 
 
-def expected_traces(record: Record) -> list[dict[str, Any]]:
-    """The traces ``loadkit.demo.viz`` draws for ``record`` (computed without any widget)."""
-    fig = figure(record, widget=False)
+def _flat(value: Any) -> Any:
+    if isinstance(value, (list, tuple)) or (
+        hasattr(value, "tolist") and not hasattr(value, "item")
+    ):
+        return [_flat(v) for v in value]
+    return _plain(value)
+
+
+def expected_traces(record: Record, build: Build = figure) -> list[dict[str, Any]]:
+    """The traces ``build`` draws for ``record`` (computed without any widget)."""
+    fig = build(record)
     return [
         _trace(
             {
@@ -47,6 +60,7 @@ def expected_traces(record: Record) -> list[dict[str, Any]]:
                 "mode": getattr(t, "mode", None),
                 "x": list(t.x if t.x is not None else ()),
                 "y": list(t.y if t.y is not None else ()),
+                "z": list(getattr(t, "z", None) if getattr(t, "z", None) is not None else ()),
             }
         )
         for t in fig.data
@@ -79,7 +93,7 @@ def describe_difference(shown: list[dict[str, Any]], expected: list[dict[str, An
         return f"    page traces {names[0]}, library traces {names[1]}"
     lines = []
     for page, lib in zip(shown, expected, strict=True):
-        for key in ("type", "mode", "x", "y"):
+        for key in ("type", "mode", "x", "y", "z"):
             if page[key] == lib[key]:
                 continue
             if key in ("type", "mode"):
@@ -103,9 +117,10 @@ def click_order(options: list[str]) -> list[str]:
 
 
 def assert_toggle_drives_chart(
-    page: NotebookPage, records: dict[str, Record], timeout: float = 10.0
+    page: NotebookPage, records: dict[str, Record], build: Build = figure, timeout: float = 10.0
 ) -> list[str]:
-    """Click each option of the page's main toggle; the chart must become that record's chart.
+    """Click each option of the page's main toggle; the chart after it must become ``build`` of
+    that option's record.
 
     Returns the options clicked, in order.
     """
@@ -114,7 +129,7 @@ def assert_toggle_drives_chart(
     assert labels == options, (
         f"the first toggle in the page offers {labels}, the story's main_records() {options}"
     )
-    expected = {b: expected_traces(r) for b, r in records.items()}
+    expected = {b: expected_traces(r, build) for b, r in records.items()}
     clicked = click_order(options)
     for behaviour in clicked:
         page.click_toggle(behaviour)
@@ -126,7 +141,7 @@ def assert_toggle_drives_chart(
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"after clicking {behaviour!r} on the main toggle, the first chart in the page "
+                    f"after clicking {behaviour!r} on the main toggle, the chart after it "
                     f"did not follow within {timeout:g} s.\n"
                     f"  page title: {state['title']!r} (expected it to end in [{behaviour}])\n"
                     f"  page traces against the library's for records[{behaviour!r}]:\n"

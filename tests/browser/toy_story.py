@@ -55,29 +55,30 @@ CELLS = [
         "code",
         "from toy_story import main_records\n"
         "from loadkit.demo.scenario import outcome_table\n"
-        "from loadkit.demo.viz import behaviour_toggle, figure, figure_data\n"
+        "from loadkit.demo.viz import figure, figure_data, record_view\n"
         "\n"
         "records = main_records()\n"
         "print(outcome_table(records))",
     ),
     (
         "code",
-        "# NBVAL_IGNORE_OUTPUT\n"
-        'fig = figure(records["old"], title="elements counted per load", yaxis="elements")\n'
-        "toggle = behaviour_toggle(records, fig)\n"
-        "display(toggle, fig)",
+        "view = record_view(records, figure)\nview.panel()",
     ),
-    ("code", 'toggle.value = "new"\nprint(figure_data(fig))'),
+    (
+        "code",
+        'view.toggle.value = "new"\nprint(figure_data(view.chart))\nview.toggle.value = "old"',
+    ),
 ]
 
-# The link broken on purpose: a static copy of the figure is displayed instead of the live widget,
-# so the chart in the page stops following the toggle while the printed figure data still does.
+# The link broken on purpose: the panel shows a copy of the chart (a live ``Chart`` of the same
+# figure, not the one the toggle redraws), so the chart in the page stops following the toggle
+# while the printed figure data (of ``view.chart``) still does.
 BROKEN_DISPLAY = (
     "# NBVAL_IGNORE_OUTPUT\n"
-    "import plotly.graph_objects as go\n"
-    'fig = figure(records["old"], title="elements counted per load", yaxis="elements")\n'
-    "toggle = behaviour_toggle(records, fig)\n"
-    "display(toggle, go.Figure(fig))"
+    "from loadkit.demo.chart import Chart, Panel\n"
+    "\n"
+    "view = record_view(records, figure)\n"
+    "Panel(view.toggle, Chart(view.chart.fig), chart=view.chart)"
 )
 
 
@@ -92,7 +93,7 @@ def write_toy_notebook(
         "language": "python",
     }
     for kind, source in CELLS:
-        if broken and "display(toggle, fig)" in source:
+        if broken and "view.panel()" in source:
             source = BROKEN_DISPLAY
         make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
         nb.cells.append(make(source))

@@ -99,21 +99,17 @@ def treemap_trace(report: InspectReport, *, folded: bool = True) -> Any:
     )
 
 
-def treemap_figure(report: InspectReport, *, widget: bool = True) -> Any:
-    """The key tree by bytes (numbered siblings folded): a ``FigureWidget`` by default."""
+def treemap_figure(report: InspectReport) -> Any:
+    """The key tree by bytes (numbered siblings folded)."""
     import plotly.graph_objects as go
 
-    cls = go.FigureWidget if widget else go.Figure
-    fig = cls(data=[treemap_trace(report)])
-    fig.update_layout(title=_title(report), margin={"t": 40, "l": 0, "r": 0, "b": 0}, height=420)
+    fig = go.Figure(data=[treemap_trace(report)])
+    fig.update_layout(
+        title={"text": _title(report), "x": 0.01, "xanchor": "left"},
+        margin={"t": 50, "l": 0, "r": 0, "b": 0},
+        height=420,
+    )
     return fig
-
-
-def show_report(fig: Any, report: InspectReport) -> None:
-    with fig.batch_update():
-        fig.data = ()
-        fig.add_trace(treemap_trace(report))
-        fig.layout.title.text = _title(report)
 
 
 def _title(report: InspectReport) -> str:
@@ -255,6 +251,8 @@ class DebugPanel:
     def __init__(self, path: str, model: str = HEADER_ONLY) -> None:
         import ipywidgets as widgets
 
+        from loadkit.demo.chart import Chart, Panel
+
         self.path = widgets.Text(
             value=path, description="checkpoint", continuous_update=False, layout={"width": "70%"}
         )
@@ -271,11 +269,18 @@ class DebugPanel:
         self.output = widgets.HTML()
         self.error: str | None = None
         self.report = self._inspect()
-        self.figure = treemap_figure(self.report)
+        self.chart = Chart(treemap_figure(self.report))
         for w in (self.path, self.model, self.mapper):
             w.observe(self._refresh, names="value")
         self._print()
-        self.widget = widgets.VBox([self.path, self.model, self.mapper, self.figure, self.output])
+        self.widget = Panel(
+            self.path, self.model, self.mapper, self.chart, self.output, chart=self.chart
+        )
+
+    @property
+    def figure(self) -> Any:
+        """The treemap the panel shows now."""
+        return self.chart.fig
 
     def _inspect(self) -> InspectReport:
         return inspect(self.path.value, self.model.value, self.mapper.value)
@@ -286,7 +291,7 @@ class DebugPanel:
         try:
             self.report = self._inspect()
             self.error = None
-            show_report(self.figure, self.report)
+            self.chart.draw(treemap_figure(self.report))
         except LoadkitError as exc:  # bad input: say so, keep the last good chart
             self.error = str(exc)
         self._print()

@@ -520,7 +520,7 @@ def in_proj_figure(config: Plamo2Config) -> Any:
     short = [
         [s.replace(" gate", "<br>g").replace(" x", "<br>x") for s in row] for row in (before, after)
     ]
-    fig = go.FigureWidget(
+    fig = go.Figure(
         go.Heatmap(
             z=z,
             x=list(range(len(before))),
@@ -533,12 +533,15 @@ def in_proj_figure(config: Plamo2Config) -> Any:
             hovertemplate="row %{x}: %{customdata}<extra>%{y}</extra>",
         )
     )
+    from loadkit.demo.viz import BASE_LAYOUT
+
+    fig.update_layout(BASE_LAYOUT)
     fig.update_layout(
-        title="in_proj.weight rows: per head [gate, x] -> all gates, then all x",
+        title_text="in_proj.weight rows: per head [gate, x] -> all gates, then all x",
         xaxis_title="row index",
         yaxis_autorange="reversed",  # checkpoint on top, loaded below
-        template="plotly_white",
         height=300,
+        margin_l=120,
     )
     return fig
 
@@ -546,37 +549,124 @@ def in_proj_figure(config: Plamo2Config) -> Any:
 # --- widgets --------------------------------------------------------------------------------------
 
 
-def main_figure(records: Mapping[str, Record], start: str = "old") -> Any:
-    from loadkit.demo.viz import figure
+def _short(name: str) -> str:
+    return name.removeprefix("model.").replace("layers.layers.", "layers.")
 
-    return figure(
-        records[start],
-        title="per-parameter deviation from the correct values",
-        yaxis="max |loaded - correct|",
-        layout={"height": 480, "xaxis_tickangle": -60, "margin": {"b": 260}},
+
+def deviation_map(tied: bool = False) -> Record:
+    """Every parameter under every behaviour: the signed shift of a wrong parameter, else 0.
+
+    One series per behaviour (x: parameter names, y: mean signed loaded - correct where the
+    parameter is wrong, 0 where it is exact): the heatmap's columns.
+    """
+    record = Record(_kind(tied))
+    for behaviour, rec in main_records(tied=tied).items():
+        wrong = rec.outcome["wrong"]
+        names = rec.series[DEVIATION].x
+        record.series[behaviour] = Series(names, [wrong.get(n, 0.0) for n in names], mode="bar")
+    return record
+
+
+def deviation_maps() -> dict[str, Record]:
+    """The heatmap's records, untied and tied: what the notebook's checkpoint toggle swaps."""
+    return {r.behaviour: r for r in (deviation_map(False), deviation_map(True))}
+
+
+def behaviour_heatmap(record: Record, *, title: str, unit: str, signed: bool) -> Any:
+    """Rows: the series' x (parameters or norms); columns: behaviours; empty cells are exact.
+
+    Column labels say how many rows differ ("all exact" when none), so no behaviour looks empty.
+    """
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    behaviours = list(record.series)
+    rows = list(next(iter(record.series.values())).x)
+    z = [[record.series[b].y[i] for b in behaviours] for i in range(len(rows))]
+    labels = []
+    for b in behaviours:
+        bad = sum(1 for v in record.series[b].y if v)
+        labels.append(f"{b}<br>{f'{bad} wrong' if bad else 'all exact'}")
+    text = [[(f"{v:+.3g}" if signed else f"{v:.3g}") if v else "" for v in row] for row in z]
+    top = max((abs(v) for row in z for v in row), default=0.0) or 1.0
+    scale = (
+        [[0, "#2e86ab"], [0.5, "#f1f4f7"], [1, "#d1495b"]]
+        if signed
+        else [[0, "#f1f4f7"], [1, "#d1495b"]]
+    )
+    fig = base_figure(title, height=170 + 24 * len(rows))
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=labels,
+            y=[_short(r) for r in rows],
+            text=text,
+            texttemplate="%{text}",
+            zmin=-top if signed else 0,
+            zmax=top,
+            colorscale=scale,
+            showscale=False,
+            xgap=2,
+            ygap=2,
+            hovertemplate="%{y}<br>%{x}<br>" + unit + ": %{z}<extra></extra>",
+        )
+    )
+    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=130)
+    return fig
+
+
+def deviation_figure(record: Record) -> Any:
+    """The heatmap of ``deviation_map``: 30 parameters by 4 behaviours, signed shifts in cells."""
+    return behaviour_heatmap(
+        record,
+        title=f"Wrong parameters after each loader, by checkpoint [{record.behaviour}]",
+        unit="loaded - correct",
+        signed=True,
     )
 
 
-def controls(fig: Any, records_by_tie: Mapping[bool, Mapping[str, Record]]) -> tuple[Any, Any]:
-    """The behaviour toggle (``behaviour_toggle``) and a tie checkbox over precomputed records.
+def main_view() -> Any:
+    """The checkpoint toggle (untied / tied) over ``deviation_maps()`` and its heatmap."""
+    from loadkit.demo.viz import record_view
 
-    The toggle swaps between the records of the current tie setting; the checkbox swaps the
-    whole set (in place, so the toggle's callback sees it) and redraws.
-    """
-    import ipywidgets as widgets
+    return record_view(deviation_maps(), deviation_figure, description="checkpoint")
 
-    from loadkit.demo.viz import behaviour_toggle, show_record
 
-    current = dict(records_by_tie[False])
-    toggle = behaviour_toggle(current, fig)
-    tie = widgets.Checkbox(value=False, description="tie_word_embeddings")
-    base = getattr(fig, "_loadkit_title", "")
+def forward_figure(record: Record) -> Any:
+    """Per RMSNorm and behaviour, max |output - correct output|: ``forward_record()`` as a map."""
+    return behaviour_heatmap(
+        record,
+        title="RMSNorm outputs on a fixed input: max |output - correct output|",
+        unit="max |delta|",
+        signed=False,
+    )
 
-    def on_tie(change: dict[str, Any]) -> None:
-        current.clear()
-        current.update(records_by_tie[change["new"]])
-        fig._loadkit_title = base + (" (tied)" if change["new"] else "")
-        show_record(fig, current[toggle.value])
 
-    tie.observe(on_tie, names="value")
-    return toggle, tie
+def lm_head_figure(record: Record) -> Any:
+    """One bar per case: how far the tied embedding ends from the checkpoint's embedding."""
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    (series,) = record.series.values()
+    fig = base_figure(
+        "Tied embedding after loading a checkpoint that carries lm_head.weight",
+        height=300,
+        xaxis_title="max |embedding - checkpoint embedding|",
+        margin_l=330,
+        yaxis_ticksuffix="   ",
+    )
+    fig.add_trace(
+        go.Bar(
+            x=series.y,
+            y=series.x,
+            orientation="h",
+            text=[f"{v:.3g}: overwritten" if v else "exact" for v in series.y],
+            textposition="outside",
+            marker_color=["#d1495b" if v else "#4c9f70" for v in series.y],
+            cliponaxis=False,
+        )
+    )
+    fig.update_layout(yaxis_autorange="reversed", xaxis_range=[0, max(series.y) * 1.4 or 1])
+    return fig

@@ -9,6 +9,7 @@ scenario runs the same adapter over meta tensors, so its GiB are counted, never 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -172,16 +173,25 @@ def main_records() -> dict[str, Record]:
     return run_behaviours(probe_run)
 
 
-def main_figure(records: dict[str, Record], start: str = "old") -> Any:
+def main_figure(record: Record) -> Any:
+    """The main chart for one behaviour's record; axes fixed, so old and new compare by eye."""
     from loadkit.demo.viz import figure
 
+    keys = len(record.events)
     return figure(
-        records[start],
-        title="Pooling probe on the Gemma4-like checkpoint",
+        record,
+        title="Pooling probe on the Gemma4-like checkpoint: what is held as clones, key by key",
         xaxis="keys read from the checkpoint",
         yaxis="% of the checkpoint cloned",
-        layout={"yaxis": {"range": [0, 105]}, "height": 380},
+        layout={"yaxis_range": [0, 105], "xaxis_range": [0.5, keys + 0.5], "height": 400},
     )
+
+
+def main_view(records: dict[str, Record] | None = None) -> Any:
+    """The old/new toggle over ``main_records()`` and the chart it redraws (starts on old)."""
+    from loadkit.demo.viz import record_view
+
+    return record_view(records or main_records(), main_figure)
 
 
 # --- why the probe exists -----------------------------------------------------------------------
@@ -283,16 +293,64 @@ def clone_protection_records() -> dict[str, Record]:
     return records
 
 
-def clone_figure(records: dict[str, Record], start: str = "clone off") -> Any:
-    from loadkit.demo.viz import figure
+def corrupted_grid(records: dict[str, Record]) -> tuple[list[str], list[str], list[list[int]], int]:
+    """Rows (behaviours), columns (clone on / off), corrupted parameters per cell, parameters."""
+    cols = list(records)
+    rows = ["old", "new"]
+    counts, total = [], 0
+    for b in rows:
+        row = []
+        for c in cols:
+            bad, total = (
+                int(v) for v in records[c].outcome[f"{b}: parameters corrupted"].split(" of ")
+            )
+            row.append(bad)
+        counts.append(row)
+    return rows, cols, counts, total
 
-    return figure(
-        records[start],
-        title="Values wrong after loading from a buffer-reusing stream",
-        xaxis="parameter",
-        yaxis="% of values wrong",
-        layout={"barmode": "group", "yaxis": {"range": [0, 105]}, "height": 380},
+
+def clone_figure(records: dict[str, Record]) -> Any:
+    """Both behaviours with clone protection on and off, at once: parameters corrupted of all."""
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    rows, cols, counts, total = corrupted_grid(records)
+    text = [
+        [f"{n} of {total} corrupted" if n else f"all {total} exact" for n in row] for row in counts
+    ]
+    fig = base_figure(
+        "Loading from a buffer-reusing stream: parameters with wrong values", height=300
     )
+    fig.add_trace(
+        go.Heatmap(
+            z=counts,
+            x=cols,
+            y=rows,
+            text=text,
+            texttemplate="%{text}",
+            textfont={"size": 16},
+            zmin=0,
+            zmax=total,
+            colorscale=[[0, "#e8f4ea"], [1, "#d1495b"]],
+            showscale=False,
+            xgap=4,
+            ygap=4,
+            hovertemplate="%{y}, %{x}: %{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=110)
+    return fig
+
+
+def clone_table(records: dict[str, Record]) -> str:
+    """The 2x2 as text: corrupted parameters per behaviour, clone protection on and off."""
+    rows, cols, counts, total = corrupted_grid(records)
+    width = max(len(c) for c in cols) + 2
+    lines = ["corrupted".ljust(10) + "".join(c.rjust(width + 6) for c in cols)]
+    for r, row in zip(rows, counts, strict=True):
+        lines.append(r.ljust(10) + "".join(f"{n} of {total}".rjust(width + 6) for n in row))
+    return "\n".join(lines)
 
 
 # --- full scale, on the meta device -------------------------------------------------------------
@@ -328,60 +386,96 @@ def full_scale_records(num_hidden_layers: int = 35) -> dict[str, Record]:
     return run_behaviours(full_scale_run, num_hidden_layers=num_hidden_layers)
 
 
-def full_scale_chart(records: dict[str, Record], label: str) -> Record:
-    """Both behaviours on one chart: cloned GiB against keys read, beside the bytes read."""
-    rec = Record(label)
+def full_scale_figure(records: dict[str, Record], num_hidden_layers: int = 35) -> Any:
+    """Both behaviours on one chart: GiB held as clones against keys read, beside the GiB read.
+
+    The GiB read is a grey area under the lines (old's clones follow its edge exactly); the axes
+    are those of the full 35-layer layout, so the slider's smaller layouts compare by eye.
+    """
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import BEHAVIOUR_COLOURS, base_figure
+
     some = next(iter(records.values()))
+    xs = [e["read"] for e in some.events]
     read, acc = [], 0
     for e in some.events:
         acc += e["nbytes"]
         read.append(round(acc / GiB, 4))
-    xs = [e["read"] for e in some.events]
-    rec.series["read from the checkpoint"] = Series(xs, read, mode="lines")
+    keys, gib = _full_axes()
+    fig = base_figure(
+        f"Full scale on paper (meta device) [{_layers(num_hidden_layers)}]",
+        height=400,
+        xaxis={"title": "keys read from the checkpoint", "range": [0, keys]},
+        yaxis={"title": "GiB", "range": [0, gib * 1.05]},
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="read from the checkpoint",
+            x=xs,
+            y=read,
+            mode="lines",
+            fill="tozeroy",
+            line={"color": "#b8c0cc", "width": 0},
+            fillcolor="rgba(184, 192, 204, 0.45)",
+        )
+    )
+    dash = {"old": "dash"}  # old lies on the edge of the area: dashed, both stay visible
     for b, r in records.items():
         ys = [round(e["cloned_bytes"] / GiB, 4) for e in r.events]
-        rec.series[f"{b}: cloned"] = Series([e["read"] for e in r.events], ys, mode="lines")
-    return rec
+        fig.add_trace(
+            go.Scatter(
+                name=f"{b}: held as clones",
+                x=[e["read"] for e in r.events],
+                y=ys,
+                mode="lines",
+                line={
+                    "color": BEHAVIOUR_COLOURS[b],
+                    "width": 3,
+                    "dash": dash.get(b, "solid"),
+                },
+            )
+        )
+    return fig
 
 
-def full_scale_figure(records: dict[str, Record] | None = None, num_hidden_layers: int = 35) -> Any:
-    """The full-scale chart; pass ``records`` already computed to skip recomputing them."""
-    from loadkit.demo.viz import figure
-
-    records = records or full_scale_records(num_hidden_layers)
-    return figure(
-        full_scale_chart(records, _layers(num_hidden_layers)),
-        title="Full scale on paper (meta device)",
-        xaxis="keys read from the checkpoint",
-        yaxis="GiB",
-        layout={"height": 380},
-    )
+@functools.cache
+def _full_axes() -> tuple[int, float]:
+    """Keys and GiB of the full 35-layer layout: the chart's axes at every slider position."""
+    config = g4.full_scale_config(35)
+    weights = g4.make_checkpoint(config, device="meta")
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    return len(weights), total / GiB
 
 
 def _layers(n: int) -> str:
     return f"{n} text layers"
 
 
-def layers_slider(fig: Any, *, value: int = 35) -> Any:
-    """An IntSlider over the text layers of the full-scale layout; it redraws ``fig``."""
+def full_scale_view(records: dict[str, Record] | None = None, *, value: int = 35) -> Any:
+    """An IntSlider over the text layers of the full-scale layout and the chart it redraws."""
     import ipywidgets as widgets
 
-    from loadkit.demo.viz import show_record
+    from loadkit.demo.chart import Chart, Panel
 
+    chart = Chart(full_scale_figure(records or full_scale_records(value), value))
     slider = widgets.IntSlider(
         value=value, min=1, max=35, description="text layers", continuous_update=False
     )
 
     def redraw(change: dict[str, Any]) -> None:
         n = change["new"]
-        show_record(fig, full_scale_chart(full_scale_records(n), _layers(n)))
+        chart.draw(full_scale_figure(full_scale_records(n), n))
 
     slider.observe(redraw, names="value")
-    return slider
+    panel = Panel(slider, chart, chart=chart)
+    panel.slider = slider
+    return panel
 
 
 def chart_endpoints(fig: Any) -> str:
     """Where each trace ends: a short, comparable summary of a long chart."""
+    fig = getattr(fig, "fig", fig)
     lines = [f"title: {fig.layout.title.text}"]
     for tr in fig.data:
         lines.append(f"{tr.name}: {len(tr.x)} keys read, ends at {tr.y[-1]:.3f} GiB")
@@ -472,12 +566,3 @@ def trap_clone_drops_shard_id() -> Record:
     filled = int((param != 0).any(dim=1).sum())
     rec.outcome["loading the tagged tensor"] = f"ok: {filled} of {rows} rows of qkv_proj filled"
     return rec
-
-
-def bars_summary(fig: Any) -> str:
-    """Per bar trace, how many bars are above zero: the clone figure in one line each."""
-    lines = [f"title: {fig.layout.title.text}"]
-    for tr in fig.data:
-        bad = [x for x, y in zip(tr.x, tr.y, strict=True) if y > 0]
-        lines.append(f"{tr.name}: {len(bad)} of {len(tr.x)} parameters with wrong values")
-    return "\n".join(lines)

@@ -20,6 +20,7 @@ import torch
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series
 from loadkit.demo.stories import DATA_DIR
+from loadkit.errors import LoadkitError
 from loadkit.loading.counting import CopyCounter, get_numel_loaded
 from loadkit.loading.ledger import ledger_of
 from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
@@ -94,7 +95,7 @@ def _fresh_logits(order: str) -> torch.Tensor:
 def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
     """Reload the update in ``order`` into a running model under ``behaviour`` (cached)."""
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+        raise LoadkitError(f"order must be one of {ORDERS}, not {order!r}")
     model = _model_and_initial()
     record_metadata_for_reloading(model)
     pointers = {n: p.data_ptr() for n, p in model.named_parameters()}
@@ -273,23 +274,173 @@ def composed_loader_copies() -> str:
     return "\n".join(lines)
 
 
-# --- plotly (the notebooks extra), imported on use -----------------------------------------------
+# --- the counter view: each call's share of its layer, old and new side by side -----------------
+
+# One colour per parameter name, the same in every view; later calls into one parameter (the
+# packed qkv_proj's shards) get the lighter shades.
+PARAM_COLOURS = {
+    "A": "#e07a5f",
+    "dt_bias": "#3d5a80",
+    "D": "#81b29a",
+    "weight": ["#f2a541", "#f6c177", "#fadcaa"],
+    "bias": "#98c1d9",
+}
+Y_RANGE = [0, 160]  # % of the layer total: old's overshoot and drops stay in view in every order
+
+
+@dataclass
+class Share:
+    """One weight-loader call as a share of its layer: where its bar segment starts and ends."""
+
+    layer: str  # short name
+    behaviour: str
+    label: str  # parameter, with the call number when a parameter takes several calls
+    parameter: str
+    base: float  # % of the layer total before this call
+    size: float  # % this call added (for a dropped call: what it would have added)
+    counted: int
+    dropped: bool
+    finalised: bool
+
+
+def shares(run: ReloadRun, pick: str = MIXERS, sizes: ReloadRun | None = None) -> list[Share]:
+    """Every call into the chosen layers, in order, as % of its layer's total.
+
+    A dropped call counted nothing; its segment shows what it would have added, taken from
+    ``sizes`` (a "new" run of the same order, where nothing is dropped).
+    """
+    out = []
+    would = {}
+    if sizes is not None:
+        seen: dict[tuple[str, str], int] = {}
+        for s in sizes.steps:
+            if s.parameter:
+                k = seen[(s.layer, s.parameter)] = seen.get((s.layer, s.parameter), 0) + 1
+                would[(s.layer, s.parameter, k)] = s.counted
+    for layer in run.layer_names(pick):
+        own = [s for s in run.steps if s.layer == layer and s.parameter]
+        calls: dict[str, int] = {}
+        running = 0
+        for s in own:
+            k = calls[s.parameter] = calls.get(s.parameter, 0) + 1
+            many = sum(1 for o in own if o.parameter == s.parameter) > 1
+            counted = would.get((layer, s.parameter, k), 0) if s.dropped else s.counted
+            out.append(
+                Share(
+                    layer=_short(layer),
+                    behaviour=run.behaviour,
+                    label=f"{s.parameter} #{k}" if many else s.parameter,
+                    parameter=s.parameter,
+                    base=100 * running / s.total,
+                    size=100 * counted / s.total,
+                    counted=s.counted,
+                    dropped=s.dropped,
+                    finalised=s.finalised,
+                )
+            )
+            running += counted
+    return out
+
+
+def _colour(share: Share) -> str:
+    colour = PARAM_COLOURS.get(share.parameter, "#adb5bd")
+    if isinstance(colour, list):
+        k = int(share.label.split("#")[1]) - 1 if "#" in share.label else 0
+        return colour[min(k, len(colour) - 1)]
+    return colour
+
+
+def counter_figure(order: str = "d-last", pick: str = MIXERS) -> Any:
+    """Per layer, old and new side by side: each call's share of the layer total, stacked in
+    arrival order. 100% finalises the layer; a call after that is dropped (hatched, annotated).
+    """
+    import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
+
+    new = run_reload("new", order)
+    segments = shares(run_reload("old", order), pick, new) + shares(new, pick, new)
+    fig = base_figure(
+        f"Each call's share of its layer, old and new [{ORDER_LABELS[order]}; {pick}]",
+        height=440,
+        barmode="overlay",
+        bargap=0.25,
+        yaxis={"title": "% of the layer's elements counted", "range": Y_RANGE, "dtick": 25},
+        xaxis={"title": None},
+        legend_title_text="call",
+    )
+    fig.add_hline(y=100, line={"color": "#343a40", "width": 1.5, "dash": "dash"})
+    ticks = list(range(0, Y_RANGE[1], 25))
+    fig.update_yaxes(
+        tickvals=ticks, ticktext=[f"{t}%" if t != 100 else "total 100%" for t in ticks]
+    )
+    for label in dict.fromkeys(s.label for s in segments if not s.dropped):
+        part = [s for s in segments if s.label == label and not s.dropped]
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                x=[[s.layer for s in part], [s.behaviour for s in part]],
+                y=[s.size for s in part],
+                base=[s.base for s in part],
+                marker={"color": _colour(part[0]), "line": {"color": "white", "width": 1}},
+                customdata=[[s.counted] for s in part],
+                text=[f"{label} +{s.counted}" for s in part],
+                textposition="inside",
+                insidetextanchor="middle",
+                hovertemplate="%{x}<br>" + label + ": +%{customdata[0]} elements"
+                " (%{y:.0f}% of the layer)<extra></extra>",
+            )
+        )
+    dropped = [s for s in segments if s.dropped]
+    if dropped:
+        fig.add_trace(
+            go.Bar(
+                name="dropped → NaN",
+                x=[[s.layer for s in dropped], [s.behaviour for s in dropped]],
+                y=[s.size for s in dropped],
+                base=[s.base for s in dropped],
+                marker={
+                    "color": "rgba(209, 73, 91, 0.15)",
+                    "line": {"color": "#d1495b", "width": 2},
+                    "pattern": {"shape": "/", "fgcolor": "#d1495b"},
+                },
+                text=[f"{s.parameter} dropped → NaN" for s in dropped],
+                textposition="outside",
+                textfont={"color": "#d1495b", "size": 13},
+                constraintext="none",
+                cliponaxis=False,
+                hovertemplate="%{x}<br>%{text}<extra></extra>",
+            )
+        )
+    return fig
+
+
+def counter_text(order: str = "d-last", pick: str = MIXERS) -> str:
+    """The counter view as text, one line per layer and behaviour (what nbval compares)."""
+    new = run_reload("new", order)
+    segments = shares(run_reload("old", order), pick, new) + shares(new, pick, new)
+    lines = []
+    for layer in dict.fromkeys(s.layer for s in segments):
+        for b in ("old", "new"):
+            own = [s for s in segments if s.layer == layer and s.behaviour == b]
+            kept = [s for s in own if not s.dropped]
+            parts = " + ".join(f"{s.label} {s.size:.0f}%" for s in kept)
+            total = sum(s.size for s in kept)
+            drops = "".join(f"; {s.parameter} dropped → NaN" for s in own if s.dropped)
+            lines.append(f"{layer:<24} {b}: {parts} = {total:.0f}%{drops}")
+    return "\n".join(lines)
+
+
+# --- the behaviour's consequences: every parameter's fate, the logits ----------------------------
 
 _COLOURS = {-1: "#f2f2f2", 0: "#4c9f70", 1: "#d1495b", 2: "#edae49", 3: "#8d99ae"}
 
 
 def grid_figure(run: ReloadRun) -> Any:
-    """A FigureWidget heatmap of every parameter's fate, block by block."""
+    """A heatmap of every parameter's fate, block by block."""
     import plotly.graph_objects as go
 
-    fig = go.FigureWidget()
-    update_grid_figure(fig, run)
-    fig.update_layout(template="plotly_white", height=320, margin={"l": 80, "r": 20, "t": 50})
-    return fig
-
-
-def update_grid_figure(fig: Any, run: ReloadRun) -> None:
-    import plotly.graph_objects as go
+    from loadkit.demo.viz import base_figure
 
     rows, cols, codes, labels = status_grid(run)
     scale = []
@@ -297,120 +448,121 @@ def update_grid_figure(fig: Any, run: ReloadRun) -> None:
     for i, k in enumerate(keys):  # a discrete colour scale over codes -1..3
         lo, hi = i / len(keys), (i + 1) / len(keys)
         scale += [[lo, _COLOURS[k]], [hi, _COLOURS[k]]]
-    with fig.batch_update():
-        fig.data = ()
-        fig.add_trace(
-            go.Heatmap(
-                z=codes,
-                x=cols,
-                y=rows,
-                text=labels,
-                hovertemplate="%{y}.%{x}: %{text}<extra></extra>",
-                zmin=-1.5,
-                zmax=3.5,
-                colorscale=scale,
-                showscale=False,
-                xgap=2,
-                ygap=2,
-            )
-        )
-        fig.layout.title.text = (
-            f"parameters after the reload [{run.behaviour}, {run.order}]: "
-            "green loaded, red dropped → NaN"
-        )
-        fig.layout.yaxis.autorange = "reversed"
-
-
-def forward_figure(run: ReloadRun) -> Any:
-    """A FigureWidget: per prompt token, how many of its logits are finite and how many NaN."""
-    import plotly.graph_objects as go
-
-    fig = go.FigureWidget()
-    update_forward_figure(fig, run)
-    fig.update_layout(
-        template="plotly_white",
-        barmode="stack",
-        height=260,
-        xaxis_title="prompt position",
-        yaxis_title="logits",
-        margin={"t": 50},
+    fig = base_figure(
+        f"Every parameter after the reload: green loaded, red dropped → NaN [{run.behaviour}]",
+        height=330,
+        margin={"l": 80, "r": 20, "t": 70, "b": 110},
+        xaxis_tickangle=-30,
     )
+    fig.add_trace(
+        go.Heatmap(
+            z=codes,
+            x=cols,
+            y=rows,
+            text=[[("dropped → NaN" if c == 1 else "") for c in row] for row in codes],
+            customdata=labels,
+            texttemplate="%{text}",
+            textfont={"color": "white", "size": 11},
+            hovertemplate="%{y}.%{x}: %{customdata}<extra></extra>",
+            zmin=-1.5,
+            zmax=3.5,
+            colorscale=scale,
+            showscale=False,
+            xgap=2,
+            ygap=2,
+        )
+    )
+    fig.update_layout(yaxis_autorange="reversed")
     return fig
 
 
-def update_forward_figure(fig: Any, run: ReloadRun) -> None:
+def forward_figure(run: ReloadRun) -> Any:
+    """Per prompt token, how many of its logits are finite and how many NaN."""
     import plotly.graph_objects as go
+
+    from loadkit.demo.viz import base_figure
 
     positions = list(range(len(run.nan_per_token)))
     vocab = run.logits_total // max(len(positions), 1)
-    with fig.batch_update():
-        fig.data = ()
-        fig.add_trace(
-            go.Bar(
-                name="finite",
-                x=positions,
-                y=[vocab - n for n in run.nan_per_token],
-                marker_color=_COLOURS[0],
-            )
+    fig = base_figure(
+        forward_text(run),
+        height=280,
+        barmode="stack",
+        xaxis_title="prompt position",
+        yaxis={"title": "logits", "range": [0, vocab]},
+    )
+    fig.add_trace(
+        go.Bar(
+            name="finite",
+            x=positions,
+            y=[vocab - n for n in run.nan_per_token],
+            marker_color=_COLOURS[0],
         )
-        fig.add_trace(
-            go.Bar(name="NaN", x=positions, y=run.nan_per_token, marker_color=_COLOURS[1])
-        )
-        fig.layout.title.text = forward_text(run)
+    )
+    fig.add_trace(go.Bar(name="NaN", x=positions, y=run.nan_per_token, marker_color=_COLOURS[1]))
+    return fig
 
 
-def grid_data(fig: Any) -> str:
-    """The grid's cells as text, for nbval."""
-    tr = fig.data[0]
-    codes = ", ".join(f"{i} {s}" for i, s in enumerate(STATUSES))
-    lines = [f"title: {fig.layout.title.text}", f"codes: {codes}, -1 absent"]
-    lines.append(f"columns: {list(tr.x)}")
-    for r, row in zip(tr.y, tr.z, strict=True):
-        lines.append(f"{r}: {list(row)}")
-    return "\n".join(lines)
+def toggle_figure(record: Record) -> Any:
+    """What the behaviour toggle draws for a record of ``main_records()``: the status grid."""
+    return grid_figure(run_reload(record.behaviour, record.outcome["order"]))
 
 
 @dataclass
 class Explorer:
-    """The notebook's widgets, wired: behaviour toggle, order, layer picker, two figures, text."""
+    """The notebook's widgets, wired: order and layer pickers with the counter view; the
+    behaviour toggle with the status grid and the logits."""
 
     records: dict[str, Record]
     toggle: Any
     order: Any
     picker: Any
-    counter: Any  # the FigureWidget the toggle drives
-    logits: Any  # finite / NaN logits per prompt token
-    grid: Any
-    box: Any
+    counter: Any  # Chart: old and new shares per layer (follows order and picker)
+    grid: Any  # Chart: every parameter's fate (follows toggle and order)
+    logits: Any  # Chart: finite / NaN logits per prompt token (follows toggle and order)
 
     def run(self) -> ReloadRun:
         return run_reload(self.toggle.value, self.order.value)
 
+    def outputs(self) -> tuple[Any, Any, Any]:
+        """Three outputs for one cell: the counter view, the toggle with the grid, the logits."""
+        from loadkit.demo.chart import Panel
+
+        return (
+            Panel(widgets_row(self.order, self.picker), self.counter, chart=self.counter),
+            Panel(self.toggle, self.grid, chart=self.grid),
+            self.logits,
+        )
+
     def state(self) -> str:
         """Everything the widgets show, as text (what nbval compares)."""
-        from loadkit.demo.viz import figure_data
-
+        run = self.run()
         return "\n".join(
-            [figure_data(self.counter), figure_data(self.logits), grid_data(self.grid)]
+            [
+                f"[order {self.order.value}, layers {self.picker.value}, {self.toggle.value}]",
+                counter_text(self.order.value, self.picker.value),
+                grid_text(run),
+                forward_text(run),
+            ]
         )
+
+
+def widgets_row(*children: Any) -> Any:
+    import ipywidgets as widgets
+
+    return widgets.HBox(list(children))
 
 
 def explorer() -> Explorer:
     """Build the widgets; they start on ``main_records()`` (old, d-last, mamba mixers)."""
     import ipywidgets as widgets
 
-    from loadkit.demo.viz import behaviour_toggle, figure, show_record
+    from loadkit.demo.chart import Chart
 
     recs = main_records()
-    counter = figure(
-        recs["old"],
-        title="loaded-element counter per layer",
-        xaxis="load step (every weight-loader call of the reload)",
-        yaxis="elements counted",
-        layout={"height": 420, "yaxis": {"rangemode": "tozero"}},
-    )
-    grid = grid_figure(run_reload("old", "d-last"))
-    logits = forward_figure(run_reload("old", "d-last"))
+    counter = Chart(counter_figure("d-last", MIXERS))
+    grid = Chart(grid_figure(run_reload("old", "d-last")))
+    logits = Chart(forward_figure(run_reload("old", "d-last")))
     order = widgets.Dropdown(
         options=[(label, key) for key, label in ORDER_LABELS.items()],
         value="d-last",
@@ -419,21 +571,19 @@ def explorer() -> Explorer:
     picker = widgets.Dropdown(
         options=[MIXERS, *run_reload("old", "d-last").blocks], value=MIXERS, description="layers"
     )
+    toggle = widgets.ToggleButtons(options=list(recs), value="old", description="behaviour")
 
-    def refresh(record: Record) -> None:
-        run = run_reload(record.behaviour, order.value)
-        update_grid_figure(grid, run)
-        update_forward_figure(logits, run)
-
-    toggle = behaviour_toggle(recs, counter, on_change=refresh)
+    def refresh(_: Any = None) -> None:
+        run = run_reload(toggle.value, order.value)
+        grid.draw(grid_figure(run))
+        logits.draw(forward_figure(run))
 
     def rebuild(_: Any = None) -> None:
-        recs.update(records(order.value, picker.value))  # the toggle reads this same dict
-        show_record(counter, recs[toggle.value])
-        refresh(recs[toggle.value])
+        recs.update(records(order.value, picker.value))
+        counter.draw(counter_figure(order.value, picker.value))
+        refresh()
 
+    toggle.observe(refresh, names="value")
     order.observe(rebuild, names="value")
     picker.observe(rebuild, names="value")
-    refresh(recs[toggle.value])
-    box = widgets.VBox([toggle, widgets.HBox([order, picker]), counter, logits, grid])
-    return Explorer(recs, toggle, order, picker, counter, logits, grid, box)
+    return Explorer(recs, toggle, order, picker, counter, grid, logits)

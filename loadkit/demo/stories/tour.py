@@ -237,7 +237,11 @@ def sankey_figure(ledger: LoadLedger) -> Any:
             link={"source": cols["source"], "target": cols["target"], "value": cols["value"]},
         )
     )
-    fig.update_layout(title="where every checkpoint name went", height=360)
+    fig.update_layout(
+        title={"text": "Where every checkpoint name went", "x": 0.01, "xanchor": "left"},
+        height=360,
+        margin={"l": 20, "r": 20, "t": 50, "b": 20},
+    )
     return fig
 
 

@@ -85,9 +85,18 @@ def read_safetensors_header(
             raise TruncatedCheckpointError(
                 file, f"header claims {n} bytes but only {size - 8} follow the length field"
             )
-        raw = f.read(n)
-    if len(raw) != n:
-        raise TruncatedCheckpointError(file, f"read {len(raw)} of the header's {n} bytes")
+        # The start first: a header that is not an object is refused before 100 MB are read.
+        raw = bytearray(n)
+        view = memoryview(raw)
+        got = f.readinto(view[: min(n, 4096)])
+        start = raw[:got].lstrip(b" \t\n\r")[:1]
+        if start and start != b"{":
+            raise HeaderError(file, f"the header is not an object (it starts {bytes(start)!r})")
+        if got < n:
+            got += f.readinto(view[got:]) or 0
+        view.release()
+    if got != n:
+        raise TruncatedCheckpointError(file, f"read {got} of the header's {n} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -104,8 +113,9 @@ def read_safetensors_header(
     except HeaderProblem as exc:
         raise HeaderError(file, exc.message, exc.key) from None
     base = 8 + n
+    new = tuple.__new__  # skips the NamedTuple's Python-level __new__ (a million entries: 0.3 s)
     tensors = {
-        e.name: TensorInfo(e.name, e.dtype, e.shape, e.end - e.begin, file, base + e.begin)
+        e.name: new(TensorInfo, (e.name, e.dtype, e.shape, e.end - e.begin, file, base + e.begin))
         for e in ordered
     }
     return tensors, metadata

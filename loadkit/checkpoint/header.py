@@ -63,7 +63,23 @@ _CANONICAL = re.compile(
     rf"{_WS}\}}{_WS}([,}}]){_WS}"
 )
 _FIELD = rf'"(dtype|shape|data_offsets)"{_WS}:{_WS}(?:"([A-Z0-9_]++)"|{_UINTS})'
-_ENTRY = re.compile(
+
+
+class _Lazy:
+    """A regular expression compiled on first use: ``python -m loadkit inspect`` pays only for
+    the ones an ordinary header needs (each compile costs a fraction of a millisecond)."""
+
+    def __init__(self, pattern: str) -> None:
+        self.source = pattern
+        self.compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self.compiled is None:
+            self.compiled = re.compile(self.source)
+        return getattr(self.compiled, name)
+
+
+_ENTRY = _Lazy(
     rf"{_NAME}{_WS}:{_WS}\{{{_WS}{_FIELD}{_WS},{_WS}{_FIELD}{_WS},{_WS}{_FIELD}"
     rf"{_WS}\}}{_WS}([,}}])"
 )
@@ -72,8 +88,8 @@ _META = re.compile(
     rf"(?:,{_WS}(?!\}})|(?=\}})))*+\}}"
 )
 _SPACE = re.compile(_WS)
-_VALID_STRINGS = re.compile(f'(?:[^"]++|"{_STR_BODY}")*+')  # every string in a span is valid
-_INNERMOST = re.compile(r"\[[^\[\]{}]*+\]|\{[^\[\]{}]*+\}")
+_VALID_STRINGS = _Lazy(f'(?:[^"]++|"{_STR_BODY}")*+')  # every string in a span is valid
+_INNERMOST = _Lazy(r"\[[^\[\]{}]*+\]|\{[^\[\]{}]*+\}")
 _KNOWN_FIELDS = ("dtype", "shape", "data_offsets")
 
 
@@ -111,7 +127,7 @@ def parse_header(text: str) -> tuple[list[HeaderEntry], str | None]:
     if text.startswith("}", pos):
         pos += 1
     else:
-        canonical, any_order, dtypes = _CANONICAL.match, _ENTRY.match, SAFETENSORS_DTYPES
+        canonical, dtypes = _CANONICAL.match, SAFETENSORS_DTYPES
         new = tuple.__new__  # a NamedTuple's own __new__ runs Python code: 0.3 us an entry
         while True:
             # The fast path: one regex match per entry (and the separator and space after it),
@@ -135,7 +151,7 @@ def parse_header(text: str) -> tuple[list[HeaderEntry], str | None]:
                         break
                     continue
             entry = None
-            m = m or any_order(text, pos)
+            m = m or _ENTRY.match(text, pos)
             if m is not None and m.end() - pos > MAX_ENTRY_CHARS:
                 raise HeaderProblem(_too_long(m.end() - pos), m.group(1))
             if m is None:

@@ -17,12 +17,9 @@ import sys
 from collections.abc import Sequence
 
 from loadkit.errors import printable
-from loadkit.models.registry import BUILTIN
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
-
-BUILTIN_NAMES = ", ".join(BUILTIN)
 
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
@@ -49,11 +46,33 @@ def _positive_int(text: str) -> int:
     return max(value, 1)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Help names the registry's built-in models, imported only when help is printed."""
+
+    def format_help(self) -> str:
+        from loadkit.models.registry import BUILTIN
+
+        return super().format_help().replace("BUILTINS", ", ".join(BUILTIN))
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter, told the terminal's width: left to itself it imports shutil (and
+    with it bz2, lzma and zlib), a fifth of a header-only inspect's own import time."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
+        except (ValueError, OSError):
+            columns = 80
+        super().__init__(prog, width=max(columns - 2, 40))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m loadkit`` parser (one command: ``inspect``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m loadkit",
         description="See where a checkpoint's names meet a model's names, before loading.",
+        formatter_class=_Formatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     inspect = commands.add_parser(
@@ -61,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="report a checkpoint's layout, and how it would load into a model",
         description=INSPECT_DESCRIPTION,
         epilog=INSPECT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     inspect.add_argument(
         "checkpoint",
@@ -72,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--model",
         metavar="SPEC",
-        help=f"a built-in model ({BUILTIN_NAMES}; sized from the checkpoint's shapes) or "
+        help="a built-in model (BUILTINS; sized from the checkpoint's shapes) or "
         "'package.module:callable' (or 'file.py:callable') returning an nn.Module, built on "
         "the meta device",
     )

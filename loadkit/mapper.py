@@ -55,12 +55,26 @@ class Renaming(Protocol):
 
 
 def renaming_label(renaming: object) -> str:
-    """A short name for a renaming object in traces and ledgers."""
-    source = getattr(renaming, "source_patterns", None)
-    target = getattr(renaming, "target_patterns", None)
-    if source is not None and target is not None:
-        return f"{source} -> {target}"
-    return repr(renaming)
+    """A short name for a renaming object in traces, ledgers and reports.
+
+    >>> class R:
+    ...     source_patterns, target_patterns, scope_prefix = ["gamma"], ["weight"], None
+    >>> renaming_label(R())
+    'gamma -> weight'
+    """
+    sources = getattr(renaming, "source_patterns", None)
+    targets = getattr(renaming, "target_patterns", None)
+    if not sources or not targets:
+        return repr(renaming)
+    text = f"{' | '.join(sources)} -> {' | '.join(targets)}"
+    scope = getattr(renaming, "scope_prefix", None)  # transformers scopes a sub-model's rules
+    return f"{text} (under {scope!r})" if scope else text
+
+
+def renaming_target(renaming: object) -> str | None:
+    """What a renaming object writes (its first target pattern), for reports."""
+    targets = getattr(renaming, "target_patterns", None)
+    return targets[0] if targets else None
 
 
 def _compile(pattern: Any) -> Any:
@@ -265,6 +279,23 @@ class WeightsMapper:
 
     def is_empty(self) -> bool:
         return not any(getattr(self, f"orig_to_new_{s}") for s in ALL_STAGES)
+
+    def rules(self) -> Iterator[tuple[str, str, Any]]:
+        """Every rule in the order it is tried: ``(stage, rule as text, target)``.
+
+        The rule text is what ``trace`` records in its steps; the target is the replacement
+        (``None``: drops), ``[new_substr, shard_id]`` for stacked rules, a renaming's first
+        target pattern.
+
+        >>> list(WeightsMapper(orig_to_new_prefix={"model.": ""}).rules())
+        [('prefix', 'model.', '')]
+        """
+        for renaming in self.orig_to_new_renaming:
+            yield "renaming", renaming_label(renaming), renaming_target(renaming)
+        for stage in STAGES:
+            for rule, target in getattr(self, f"orig_to_new_{stage}").items():
+                text = getattr(rule, "pattern", rule)
+                yield stage, text, list(target) if isinstance(target, tuple) else target
 
     @classmethod
     def from_json(cls, rules: Mapping[str, Mapping[str, Any]]) -> WeightsMapper:

@@ -212,13 +212,71 @@ def test_root_own_load_weights_is_not_recursed_into():
     assert Outer().load_weights([("head.bias", torch.ones(2))]) == {"head.bias"}
 
 
-def test_child_returning_none_warns():
+def test_child_returning_none_warns_and_what_it_left_is_walked():
     model = Outer()
-    model.inner.load_weights = lambda weights: None
+    model.inner.load_weights = lambda weights: None  # pulls nothing, reports nothing
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        assert model.load_weights([("inner.w", torch.ones(2))]) == set()
+        # As upstream: the walk goes on into the child and loads its group by the generic rules.
+        assert model.load_weights([("inner.w", torch.full((2,), 3.0))]) == {"inner.w"}
     assert any("returned None" in str(r.message) for r in rec)
+    assert torch.equal(model.inner.w, torch.full((2,), 3.0))
+    entry = ledger_of(model).entries[0]
+    assert (entry.status, entry.target, entry.left_by) == ("loaded", "inner.w", "inner")
+    assert entry.detail == "-> inner.w (left by inner.load_weights)"
+
+
+def test_child_that_stops_early_leaves_the_rest_of_its_group_to_the_walk():
+    class Stops(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.zeros(1))
+            self.b = nn.Parameter(torch.zeros(1))
+
+        def load_weights(self, weights):
+            name, w = next(iter(weights))  # takes one name, then returns
+            getattr(self, name).data.copy_(w * 10)
+            return {name}
+
+    class Root(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = Stops()
+
+    root = Root()
+    loader = AutoWeightsLoader(root)
+    w = [("s.a", torch.ones(1)), ("s.b", torch.ones(1)), ("s.bias", torch.ones(1))]
+    assert loader.load_weights(w) == {"s.a", "s.b"}
+    assert root.s.a.item() == 10 and root.s.b.item() == 1  # b by default_weight_loader
+    a, b, bias = loader.ledger.entries
+    assert (a.status, a.detail) == ("delegated", "-> s.load_weights")
+    assert (b.status, b.detail) == ("loaded", "-> s.b (left by s.load_weights)")
+    assert (bias.status, bias.detail) == (
+        "ignored",
+        "upstream's '.bias' suffix rule (left by s.load_weights)",
+    )
+    with pytest.raises(UnknownNameError, match="'s.c'"):  # a leftover nobody has: raises
+        AutoWeightsLoader(Root()).load_weights([("s.a", torch.ones(1)), ("s.c", torch.ones(1))])
+
+
+def test_unexpected_bias_is_ignored_as_upstream_does():
+    model = Outer()
+    w = [
+        ("head.bias", torch.ones(2)),
+        ("inner.bias", torch.ones(1)),
+        ("head.weight.bias", torch.ones(1)),
+    ]
+    suffixes: list[str] = []
+    loader = AutoWeightsLoader(model, ignore_unexpected_suffixes=suffixes)
+    assert loader.load_weights(w) == {"head.bias", "inner.w"}
+    statuses = [(e.name, e.status, e.rule) for e in loader.ledger.entries]
+    assert statuses[1:] == [
+        ("inner.bias", "delegated", None),  # inner has its own load_weights: its call
+        ("head.weight.bias", "ignored", "upstream's '.bias' suffix rule"),
+    ]
+    assert suffixes == []  # upstream appends ".bias" to the caller's list; loadkit does not
+    with pytest.raises(UnknownNameError, match="'bias'"):  # no dot, no rule
+        AutoWeightsLoader(model).load_weights([("bias", torch.ones(1))])
 
 
 def test_interleaved_groups_walk_consecutive_runs():

@@ -49,7 +49,8 @@ def test_a_checkpoint_of_another_model_is_unusable_for_a_builtin(in_notebooks):
 def test_default_checkpoint_and_choices(in_notebooks):
     path, model = debug.default_checkpoint()
     assert path == "../data/gemma4_like/model.safetensors" and model == "gemma4-like"
-    assert debug.model_choices()[0] == debug.HEADER_ONLY
+    assert debug.model_choices()[:2] == [debug.HEADER_ONLY, "hf"]
+    assert set(BUILTIN) <= set(debug.model_choices())
     assert debug.model_for("/elsewhere/x.safetensors") == debug.HEADER_ONLY
     assert not any("big" in p.split(os.sep) for p in debug.data_checkpoints())
 
@@ -133,3 +134,30 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert "packed_loader" in tour.loader_table(model)
     report = inspect_checkpoint(path, model="loadkit.demo.stories.tour:TinyHybrid")
     assert report.clean and not report.probe["old"].hit and report.probe["new"].walked == 1
+
+
+def test_notebook_parameters(in_notebooks, tmp_path):
+    assert debug.start(None, None) == debug.default_checkpoint()
+    assert debug.start(None, "(header only)")[1] == "(header only)"
+    # a folder with a config.json is a Hugging Face checkpoint: "hf" reads it
+    (tmp_path / "config.json").write_text("{}")
+    assert debug.start(str(tmp_path), None) == (str(tmp_path), "hf")
+    assert debug.model_for(str(tmp_path / "model.safetensors")) == "hf"
+    assert debug.start(str(tmp_path), "pkg.mod:fn") == (str(tmp_path), "pkg.mod:fn")
+
+
+def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
+    folder = debug.tiny_hf_checkpoint(tmp_path / "gpt2", "gpt2")
+    assert not os.path.isabs(folder) and debug.model_for(folder) == "hf"
+    panel = debug.DebugPanel(folder, debug.HEADER_ONLY)
+    assert panel.report.model is None
+    panel.model.value = "hf"  # typed, not picked: the field takes any spec
+    assert panel.error is None and panel.report.model.cls == "TransformersForCausalLM"
+    assert "model.h.0.attn.c_attn.bias" in panel.summary()  # vLLM's pitfall on GPT-2
+    mapper = debug.report_sections(panel.report, "mapper", verdict=False)
+    assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
+    assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper
+    both = debug.report_sections(panel.report, "model", "mapper")
+    assert both.index("model  hf:") < both.index("mapper  (") < both.index("verdict: would NOT")
+    panel.model.value = "hf-nonsense"
+    assert panel.summary().startswith("error: --model 'hf-nonsense'")

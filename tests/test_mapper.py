@@ -221,3 +221,19 @@ def test_regex_module_patterns_are_accepted():
     assert m.map_name("h.3.w") == "layers.3.w"
     with pytest.raises(MapperConfigError, match="invalid replacement"):
         WeightsMapper(orig_to_new_regex={regex.compile("(a)"): r"\2"})
+
+
+def test_renaming_with_transformers_weight_renaming_and_rules_listing():
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    legacy = get_checkpoint_conversion_mapping("legacy")  # LayerNorm.gamma/beta, weight_g/v, ...
+    m = WeightsMapper(orig_to_new_renaming=legacy, orig_to_new_prefix={"bert.": "model."})
+    assert m.map_name("bert.encoder.LayerNorm.gamma") == "model.encoder.LayerNorm.weight"
+    assert m.map_name("bert.encoder.LayerNorm.beta") == "model.encoder.LayerNorm.bias"
+    assert m.map_name("bert.encoder.dense.weight") == "model.encoder.dense.weight"
+    step = m.trace("x.LayerNorm.gamma").steps[0]
+    assert (step.stage, step.rule) == ("renaming", "LayerNorm.gamma -> LayerNorm.weight")
+    rules = list(m.rules())
+    assert rules[0] == ("renaming", "LayerNorm.gamma -> LayerNorm.weight", "LayerNorm.weight")
+    assert [r[0] for r in rules] == ["renaming"] * len(legacy) + ["prefix"]
+    assert rules[-1] == ("prefix", "bert.", "model.")

@@ -35,6 +35,7 @@ exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
+  python -m loadkit inspect path/to/hf-checkpoint --model hf
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json"""
 
 
@@ -52,7 +53,10 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         from loadkit.models.registry import BUILTIN
 
-        return super().format_help().replace("BUILTINS", ", ".join(BUILTIN))
+        for action in self._actions:
+            if action.help and "BUILTINS" in action.help:
+                action.help = action.help.replace("BUILTINS", ", ".join(BUILTIN))
+        return super().format_help()
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -91,8 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--model",
         metavar="SPEC",
-        help="a built-in model (BUILTINS; sized from the checkpoint's shapes) or "
-        "'package.module:callable' (or 'file.py:callable') returning an nn.Module, built on "
+        help="hf: any Hugging Face architecture, from the config.json next to the checkpoint "
+        "(hf:PATH: another config file or folder; hf-causal, hf-embed, hf-classify name the "
+        "wrapper), built by transformers and wrapped as vLLM's Transformers backend does; a "
+        "built-in model (BUILTINS; sized from the checkpoint's shapes); or "
+        "'package.module:callable' (or 'file.py:callable') returning an nn.Module. Built on "
         "the meta device",
     )
     inspect.add_argument(

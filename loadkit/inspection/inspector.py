@@ -81,12 +81,13 @@ class CheckpointSummary(NamedTuple):
 class RuleUse:
     """One mapper rule and the keys it fired for (in checkpoint order)."""
 
-    __slots__ = ("example", "fired", "rule", "stage", "target")
+    __slots__ = ("example", "fired", "origin", "rule", "stage", "target")
 
-    def __init__(self, stage: str, rule: str, target: Any) -> None:
+    def __init__(self, stage: str, rule: str, target: Any, origin: str | None = None) -> None:
         self.stage = stage
         self.rule = rule
         self.target = target  # the replacement; None for a dropping rule; [new, shard_id]
+        self.origin = origin  # where the rule comes from, when the model says (--model hf)
         self.fired = 0
         self.example: tuple[str, str | None] | None = None  # (before, after), first firing
 
@@ -126,6 +127,7 @@ class MapperReport:
                     "target": r.target,
                     "fired": r.fired,
                     "example": list(r.example) if r.example else None,
+                    "origin": r.origin,
                 }
                 for r in self.rules
             ],
@@ -302,20 +304,20 @@ def parse_mapper(
     return WeightsMapper.from_json(data)
 
 
-def mapper_report(mapper: WeightsMapper, names: list[str], source: str) -> MapperReport:
-    """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys."""
-    from loadkit.mapper import STAGES, renaming_label
+def mapper_report(
+    mapper: WeightsMapper,
+    names: list[str],
+    source: str,
+    origins: Mapping[tuple[str, str], str] | None = None,
+) -> MapperReport:
+    """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys.
 
+    ``origins`` says where rules come from, by ``(stage, rule text)`` (a model's
+    ``mapper_rule_origins``: which rules transformers supplied)."""
+    origins = origins or {}
     rules: dict[tuple[str, str], RuleUse] = {}
-    for renaming in mapper.orig_to_new_renaming:  # objects, not a table: no target to show
-        label = renaming_label(renaming)
-        rules[("renaming", label)] = RuleUse("renaming", label, "rename_source_key")
-    for stage in STAGES:
-        for rule, target in getattr(mapper, f"orig_to_new_{stage}").items():
-            text = getattr(rule, "pattern", rule)
-            rules[(stage, text)] = RuleUse(
-                stage, text, list(target) if isinstance(target, tuple) else target
-            )
+    for stage, text, target in mapper.rules():
+        rules.setdefault((stage, text), RuleUse(stage, text, target, origins.get((stage, text))))
     traces: list[dict[str, Any]] = []
     dropped: list[tuple[str, str]] = []
     unchanged = 0
@@ -375,7 +377,7 @@ def inspect_checkpoint(
     from loadkit.models.registry import build_model
     from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors)
+    module, spec = build_model(model, ck.tensors, checkpoint=ck.path)
     from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
@@ -403,13 +405,15 @@ def inspect_checkpoint(
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
-    elif used is not None:
-        source = (
-            f"{cls}.hf_to_vllm_mapper"
-            if used is own_mapper
-            else f"the mapper {cls}.load_weights loads with"
-        )
-        report.mapper = mapper_report(used, names, source)
-    elif own_mapper is not None:
-        report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper")
+    else:
+        origins = getattr(module, "mapper_rule_origins", None)
+        if used is not None:
+            source = (
+                f"{cls}.hf_to_vllm_mapper"
+                if used is own_mapper
+                else f"the mapper {cls}.load_weights loads with"
+            )
+            report.mapper = mapper_report(used, names, source, origins)
+        elif own_mapper is not None:
+            report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper", origins)
     return report

@@ -30,6 +30,9 @@ class ModelSummary:
     parameters: int  # parameters and persistent buffers, tied names counted once
     nbytes: int
     has_own_load_weights: bool
+    # What a model built from a config says about itself (``--model hf``: the wrapper, the
+    # transformers class, why that wrapper); ``None`` for other models.
+    backend: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +41,7 @@ class ModelSummary:
             "tensors": self.parameters,
             "bytes": self.nbytes,
             "own_load_weights": self.has_own_load_weights,
+            "backend": self.backend,
         }
 
 

@@ -6,7 +6,7 @@ Torch-free, like the report itself.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import printable
 from loadkit.inspection.layout import fmt_bytes
@@ -61,6 +61,8 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"
         lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
+        if use.origin:
+            lines.append(f"           {use.origin}")
         if use.example:
             before, after = (printable(str(x)) for x in use.example)
             lines.append(f"           e.g. {before} -> {after}")
@@ -68,6 +70,23 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         lines.append(f"  dropped keys ({len(m.dropped)})")
         rows = [f"    {printable(k)}  ({printable(rule)})" for k, rule in m.dropped]
         lines += _capped(rows, len(rows), limit)
+    return lines
+
+
+def _backend(b: dict[str, Any]) -> list[str]:
+    """A model built from a Hugging Face config: what transformers built, and why this wrapper."""
+    lines = [
+        f"  transformers {b.get('transformers_version', '?')} built "
+        f"{b.get('transformers_class')} (model_type {b.get('model_type')!r}) as self.model",
+    ]
+    if b.get("config"):
+        lines.append(f"  config  {b['config']}")
+    if b.get("wrapper_reason"):
+        lines.append(f"  wrapper {b.get('wrapper')}: {b['wrapper_reason']}")
+    skips = [f"skip_prefixes {b['skip_prefixes']}"] if b.get("skip_prefixes") else []
+    skips += [f"skip_substrs {b['skip_substrs']}"] if b.get("skip_substrs") else []
+    if skips:
+        lines.append("  " + "; ".join(skips))
     return lines
 
 
@@ -175,6 +194,8 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
             f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
             f"(built on meta: no memory used); loads with {own}",
         ]
+        if m.backend:
+            lines += _backend(m.backend)
     if r.probe is not None:
         lines += [
             "",

@@ -104,12 +104,14 @@ def model_summary(model: nn.Module, spec: str) -> ModelSummary:
     entries = model_tensors(model)
     by_name = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     nbytes = sum(by_name[n].numel() * by_name[n].element_size() for n in entries)
+    describe = getattr(model, "backend_info", None)
     return ModelSummary(
         spec,
         type(model).__name__,
         len(entries),
         nbytes,
         callable(getattr(model, "load_weights", None)),
+        describe() if callable(describe) else None,
     )
 
 
@@ -132,6 +134,7 @@ class _Run:
     pulled: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
     writes: list[tuple[str, str | None]] = field(default_factory=list)  # (tensor, current key)
+    late_writes: list[tuple[Any, str | None]] = field(default_factory=list)  # (storage, key)
     exhausted: bool = False  # every weight was read
 
 
@@ -151,18 +154,37 @@ class _WriteWatcher(EagerDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.copy_.default:
             try:
-                name = self.storages.get(args[0].untyped_storage()._cdata)
+                storage = args[0].untyped_storage()
             except (RuntimeError, NotImplementedError):  # a tensor without storage
-                name = None
-            if name is not None:
+                storage = None
+            if storage is not None:
                 run = self.holder[0]
-                run.writes.append((name, run.current))
+                name = self.storages.get(storage._cdata)
+                if name is not None:
+                    run.writes.append((name, run.current))
+                else:
+                    # Perhaps a tensor the load itself registers (upstream's lm_head bias):
+                    # resolved against the model as it is after the run. Holding the storage
+                    # keeps its address from being reused by another tensor meanwhile.
+                    run.late_writes.append((storage, run.current))
         return func(*args, **(kwargs or {}))
 
 
 def _storages(model: nn.Module) -> dict[int, str]:
     by_name = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     return {by_name[n].untyped_storage()._cdata: n for n in model_tensors(model)}
+
+
+def _resolve_late_writes(model: nn.Module, run: _Run, known: dict[int, str]) -> None:
+    """Credit copies into tensors the load registered itself (absent when the run began)."""
+    if not run.late_writes:
+        return
+    now = {k: v for k, v in _storages(model).items() if k not in known}
+    for storage, key in run.late_writes:
+        name = now.get(storage._cdata)
+        if name is not None:
+            run.writes.append((name, key))
+    run.late_writes.clear()
 
 
 def _meta_weight(info: TensorInfo) -> torch.Tensor:
@@ -375,6 +397,7 @@ def dry_load(
         after = _ledgers(model)
         new = {k: v for k, v in after.items() if v is not None and v is not before.get(k)}
         fates = _fates(new, run.pulled)
+        _resolve_late_writes(model, run, watcher.storages)
     finally:
         _restore(restore)
     root_mapper = used[-1] if used else None

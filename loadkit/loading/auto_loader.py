@@ -32,6 +32,8 @@ from loadkit.loading.ledger import (
 from loadkit.loading.weight_loaders import load_param, weight_source
 from loadkit.mapper import WeightsMapper
 
+BIAS_RULE = "upstream's '.bias' suffix rule"
+
 ROTARY_EMBEDS_UNUSED_WEIGHTS = (
     "rotary_pos_emb.inv_freq",
     "rotary_emb.inv_freq",
@@ -93,6 +95,10 @@ class AutoWeightsLoader:
         for s in self.ignore_unexpected_suffixes:
             if qualname.endswith(s):
                 return f"ignore_unexpected_suffixes {s!r}"
+        # Upstream appends ".bias" to the ignore suffixes on every load (GPTQ checkpoints carry
+        # biases their models lack); loadkit keeps the caller's list and applies it here.
+        if qualname.endswith(".bias"):
+            return BIAS_RULE
         return None
 
     # --- the walk ---
@@ -143,6 +149,12 @@ class AutoWeightsLoader:
             entry.status, entry.target = DELEGATED, prefix
             yield name, tensor
 
+    @staticmethod
+    def _left_by(prefix: str, items: Iterable[Item]) -> Iterator[Item]:
+        for item in items:
+            item[2].left_by = prefix
+            yield item
+
     def _loadable_tensors(self, module: nn.Module) -> dict[str, torch.Tensor]:
         # Parameters, and persistent buffers (BatchNorm running stats among them).
         out: dict[str, torch.Tensor] = dict(module.named_parameters(recurse=False))
@@ -175,6 +187,7 @@ class AutoWeightsLoader:
         if module is not self.module:  # the root's load_weights is usually what called us
             own = getattr(module, "load_weights", None)
             if callable(own):
+                items = iter(items)  # one iterator: what the child does not pull stays in it
                 loaded = own(self._delegate(prefix, items))
                 if loaded is None:
                     warnings.warn(
@@ -182,12 +195,14 @@ class AutoWeightsLoader:
                         "its parameters cannot be accounted for",
                         stacklevel=2,
                     )
-                    return
-                for name in loaded:
-                    qual = _qualname(prefix, name)
-                    self.ledger.param_loaded(qual, via=prefix)
-                    yield qual
-                return
+                else:
+                    for name in loaded:
+                        qual = _qualname(prefix, name)
+                        self.ledger.param_loaded(qual, via=prefix)
+                        yield qual
+                # As upstream, the walk goes on: what the child left of its group (a loader
+                # that stopped early) is loaded by the generic rules below, or raises.
+                items = self._left_by(prefix, items)
 
         children = dict(module.named_children())
         tensors = self._loadable_tensors(module)

@@ -19,7 +19,7 @@ SKIPPED = "skipped"
 IGNORED = "ignored"
 MAPPER_DROPPED = "dropped by mapper"
 DELEGATED = "delegated"
-UNCONSUMED = "unconsumed"  # pulled by nobody: a loader that stopped early
+UNCONSUMED = "unconsumed"  # pulled by nobody: the load stopped before it (an error)
 ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED)
 
 NOT_LOADED = "never loaded"
@@ -37,11 +37,17 @@ class CheckpointEntry:
     status: str = UNCONSUMED
     target: str | None = None  # the parameter loaded, or the child module delegated to
     rule: str | None = None  # the rule that skipped, ignored or dropped it
+    # The child whose own load_weights returned without pulling this name: the walk then
+    # handled it (loaded, skipped, ignored) by the generic rules, as upstream does.
+    left_by: str | None = None
 
     @property
     def detail(self) -> str:
+        after = f" (left by {self.left_by}.load_weights)" if self.left_by else ""
         if self.status == LOADED:
-            return f"-> {self.target}"
+            return f"-> {self.target}{after}"
+        if self.status in (SKIPPED, IGNORED) and after:
+            return f"{self.rule}{after}"
         if self.status == DELEGATED:
             return f"-> {self.target}.load_weights"
         return self.rule or ""
@@ -141,6 +147,7 @@ class LoadLedger:
                     "status": e.status,
                     "target": e.target,
                     "rule": e.rule,
+                    "left_by": e.left_by,
                     "shape": list(e.shape),
                 }
                 for e in self.entries

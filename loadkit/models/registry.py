@@ -1,6 +1,10 @@
-"""Models by name, for ``loadkit inspect --model``: built-ins, or any ``package.module:callable``.
+"""Models by name, for ``loadkit inspect --model``: built-ins, any Hugging Face architecture
+(``hf``), or any ``package.module:callable``.
 
-Built-ins are sized from the checkpoint: each model module provides
+``hf`` (also ``hf:PATH``, ``hf-causal``, ``hf-embed``, ``hf-classify``) reads a ``config.json``
+and builds transformers' own model wrapped as vLLM's Transformers backend wraps it
+(``loadkit.models.transformers``). Built-ins are sized from the checkpoint: each model module
+provides
 ``config_from_checkpoint(tensors)`` (name -> ``TensorInfo``) and its model class, which is built
 under ``torch.device("meta")`` so no memory is used. The table below is lazy (strings), so naming a
 model imports only that model's module.
@@ -28,6 +32,16 @@ BUILTIN: dict[str, str] = {
     "gemma4-like": "loadkit.models.gemma4:Gemma4ForConditionalGeneration",
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
+}
+
+
+# Specs read from a Hugging Face config.json (loadkit.models.transformers.spec.HF_SPECS, tested):
+# name -> the wrapper it builds ("architecture": picked from the config, as upstream).
+FROM_CONFIG: dict[str, str] = {
+    "hf": "architecture",
+    "hf-causal": "TransformersForCausalLM",
+    "hf-embed": "TransformersEmbeddingModel",
+    "hf-classify": "TransformersForSequenceClassification",
 }
 
 
@@ -179,10 +193,14 @@ def build_builtin(name: str, tensors: Mapping[str, TensorInfo]) -> nn.Module:
 
 
 def build_model(
-    spec: str | nn.Module | Callable[..., nn.Module], tensors: Mapping[str, TensorInfo]
+    spec: str | nn.Module | Callable[..., nn.Module],
+    tensors: Mapping[str, TensorInfo],
+    *,
+    checkpoint: str | None = None,
 ) -> tuple[nn.Module, str]:
-    """``(model on meta, label)`` for a built-in name, a ``module:callable`` spec, a callable or
-    a module. A callable taking one argument gets the checkpoint's ``tensors`` to size itself."""
+    """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
+    to ``checkpoint`` or at the spec's path), a ``module:callable`` spec, a callable or a module.
+    A callable taking one argument gets the checkpoint's ``tensors`` to size itself."""
     if not isinstance(spec, str):
         from torch import nn
 
@@ -197,9 +215,15 @@ def build_model(
         raise ModelSpecError(f"model must be a name, a spec, a callable or a module, not {spec!r}")
     if spec in BUILTIN:
         return build_builtin(spec, tensors), spec
+    if spec.partition(":")[0] in FROM_CONFIG:
+        from loadkit.models.transformers.spec import build_from_source, read_hf_source
+
+        source = read_hf_source(spec, checkpoint)  # the usual mistakes fail before torch loads
+        return _on_meta(lambda: build_from_source(source, device="meta"), spec), spec
     if ":" not in spec:
         raise ModelSpecError(
-            f"--model {spec!r}: not a built-in model ({', '.join(BUILTIN)}) and not a "
+            f"--model {spec!r}: not a built-in model ({', '.join(BUILTIN)}), not "
+            f"{' / '.join(FROM_CONFIG)} (a Hugging Face config.json), and not a "
             "'package.module:callable' (or 'file.py:callable') spec"
         )
     module_name, _, attr = spec.rpartition(":")

@@ -1,11 +1,12 @@
 """One layer's side of a layerwise reload: its counter, its buffered loads, its finalisation.
 
-A "layer" is a module with direct parameters. While a reload is open its parameters are meta
-stand-ins (no storage); loads are counted on them and buffered. Finalising materialises fresh
-tensors, fills the floating ones with NaN, replays the buffered loads onto them and copies every
-tensor back into the live parameters, whose storage (and so every pointer into it, such as a
-captured CUDA graph's) never changes. A tensor no load reached keeps its NaN: that is how a
-dropped parameter shows up in the live model.
+A "layer" is a module with direct parameters or buffers. While a reload is open its tensors are
+meta stand-ins (no storage); loads are counted on them and buffered. Finalising materialises fresh
+tensors, fills the floating ones with NaN, replays the buffered loads onto them and copies them
+back into the live tensors, whose storage (and so every pointer into it, such as a captured CUDA
+graph's) never changes. A tensor no load reached keeps its NaN: that is how a dropped parameter
+shows up in the live model. As upstream, a non-persistent buffer is copied back only if loaded
+(nothing in a checkpoint is meant for it: a rotary cache keeps its values).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class LayerReload:
     module: nn.Module
     behaviour: str
     recorded: dict[str, torch.Tensor]  # meta tensors from record_metadata_for_reloading
-    live: dict[str, nn.Parameter]  # the parameters the model runs with: storage kept
+    live: dict[str, torch.Tensor]  # the parameters and buffers the model runs with: storage kept
     meta: dict[str, torch.Tensor] = field(default_factory=dict)  # stand-ins while loading
     loaders: dict[str, WeightLoader] = field(default_factory=dict)  # the unwrapped loaders
     own_loader: dict[str, object] = field(default_factory=dict)  # live attrs, restored at close
@@ -109,8 +110,17 @@ class LayerReload:
     def label(self) -> str:
         return f"'{self.name}' ({type(self.module).__name__})"
 
+    def _slots(self, name: str) -> dict:
+        """The module's own table ``name`` lives in: its parameters or its buffers."""
+        return self.module._buffers if name in self.module._buffers else self.module._parameters
+
+    def _put(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name, t in tensors.items():
+            self._slots(name)[name] = t
+
     def open(self, wrap: Callable[[LayerReload, str, WeightLoader], WeightLoader]) -> None:
-        """Put the layer on meta and route every load of its parameters through ``wrap``."""
+        """Put the layer on meta and route every load of its tensors through ``wrap``."""
+        # Parameters and buffers, as vLLM 0.28.0's get_layer_size counts them.
         self.total = sum(t.numel() for t in self.recorded.values())
         for pname, recorded in self.recorded.items():
             live = self.live[pname]
@@ -123,7 +133,7 @@ class LayerReload:
             stand_in.weight_loader = wrapped
             live.weight_loader = wrapped
             self.meta[pname] = stand_in
-            self.module._parameters[pname] = stand_in
+        self._put(self.meta)
 
     def finalise(self, arena: ScratchArena | None = None) -> None:
         """Materialise (NaN), replay the buffered loads, copy back into the live storage."""
@@ -134,11 +144,11 @@ class LayerReload:
             fresh = self.materialise(regions)
             with torch.no_grad():
                 # Loaders may look their layer up, so the fresh tensors sit in it while replaying.
-                self.module._parameters.update(fresh)
+                self._put(fresh)
                 self.replay(fresh)
                 self.copy_back(fresh)
         finally:
-            self.module._parameters.update(self.live)
+            self._put(self.live)
             self.loads.clear()  # frees the buffered checkpoint tensors
             self.finalised = True
             if regions:
@@ -156,16 +166,19 @@ class LayerReload:
             self.loaders[pname](*bound.args, **bound.kwargs)
 
     def copy_back(self, fresh: dict[str, torch.Tensor]) -> None:
+        loaded = {pname for pname, _ in self.loads}
+        skip = self.module._non_persistent_buffers_set - loaded
         for pname, live in self.live.items():
-            live.data.copy_(fresh[pname])  # loaded or not: a dropped one copies its NaN
+            if pname not in skip:
+                live.data.copy_(fresh[pname])  # loaded or not: a dropped one copies its NaN
 
     def restore_untouched(self) -> None:
-        """Nothing was loaded: put the live parameters back as they were."""
-        self.module._parameters.update(self.live)
+        """Nothing was loaded: put the live tensors back as they were."""
+        self._put(self.live)
         self.loads.clear()
 
     def close(self) -> None:
-        """End of the reload: the live parameters get their own loaders back."""
+        """End of the reload: the live tensors get their own loaders back."""
         for pname, live in self.live.items():
             own = self.own_loader.get(pname, _MISSING)
             if own is _MISSING:

@@ -4,10 +4,12 @@ Online reload exists for reinforcement learning: the trainer sends fresh weights
 engine that keeps running, and the engine's tensors must keep their storage (captured CUDA graphs
 hold raw pointers into it). The lifecycle:
 
-1. ``record_metadata_for_reloading(model)`` after the first load: each layer's parameters as meta
-   tensors (shape, dtype, class, attributes such as ``weight_loader``).
-2. ``initialize_layerwise_reload(model, behaviour=...)``: every layer goes on meta, its counter
-   to 0, its total to the numel of its direct parameters, and every parameter's loader is wrapped.
+1. ``record_metadata_for_reloading(model)`` after the first load: each layer's parameters and
+   buffers as meta tensors (shape, dtype, class, attributes such as ``weight_loader``).
+2. ``initialize_layerwise_reload(model, behaviour=...)``: every layer (a module with direct
+   parameters or buffers) goes on meta, its counter to 0, its total to the numel of its direct
+   parameters **and buffers** (as vLLM 0.28.0 counts them, non-persistent buffers included), and
+   every tensor's loader is wrapped.
 3. The model's own load path runs (``model.load_weights(weights)``). Each wrapped call is counted
    with ``get_numel_loaded`` and buffered; when a layer's count reaches its total the layer is
    finalised at once (``loadkit.reload.layer``). A load for a finalised layer is dropped with an
@@ -32,6 +34,7 @@ import inspect
 import warnings
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from loadkit.errors import LoadkitError
@@ -108,13 +111,14 @@ class _Session:
         )
 
 
-def _layers(model: nn.Module) -> list[tuple[str, nn.Module, dict[str, nn.Parameter]]]:
-    """Every module with direct parameters, with those parameters."""
+def _layers(model: nn.Module) -> list[tuple[str, nn.Module, dict[str, torch.Tensor]]]:
+    """Every module with direct parameters or buffers, with those tensors (parameters first)."""
     out = []
     for name, module in model.named_modules():
-        params = {n: p for n, p in module._parameters.items() if p is not None}
-        if params:
-            out.append((name, module, params))
+        tensors = {n: p for n, p in module._parameters.items() if p is not None}
+        tensors.update((n, b) for n, b in module._buffers.items() if b is not None)
+        if tensors:
+            out.append((name, module, tensors))
     return out
 
 
@@ -125,11 +129,11 @@ def record_metadata_for_reloading(model: nn.Module) -> None:
         raise ReloadStateError(
             f"{type(model).__name__}: a reload is open; call finalize_layerwise_reload first"
         )
-    for _, module, params in _layers(model):
-        setattr(module, _META_ATTR, {n: to_meta(p) for n, p in params.items()})
+    for _, module, tensors in _layers(model):
+        setattr(module, _META_ATTR, {n: to_meta(t) for n, t in tensors.items()})
 
 
-def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) -> dict:
+def _check_layer(name: str, module: nn.Module, params: dict[str, torch.Tensor]) -> dict:
     label = f"layer '{name}' ({type(module).__name__})"
     recorded = getattr(module, _META_ATTR, None)
     if recorded is None:
@@ -139,18 +143,18 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, nn.Parameter]) 
         )
     if recorded.keys() != params.keys():
         raise ReloadStateError(
-            f"{label} now has parameters {sorted(params)} but {sorted(recorded)} were recorded"
+            f"{label} now has tensors {sorted(params)} but {sorted(recorded)} were recorded"
         )
     for pname, p in params.items():
         if p.shape != recorded[pname].shape:
             raise ReloadStateError(
-                f"{label} parameter '{pname}' has shape {list(p.shape)} but shape "
+                f"{label} tensor '{pname}' has shape {list(p.shape)} but shape "
                 f"{list(recorded[pname].shape)} was recorded: it cannot be copied back"
             )
         first = next(iter(inspect.signature(loader_of(recorded[pname])).parameters), None)
         if first != "param":
             raise ReloadStateError(
-                f"{label} parameter '{pname}': its weight_loader's first argument is "
+                f"{label} tensor '{pname}': its weight_loader's first argument is "
                 f"{first!r}, not 'param'; counting and replay find the parameter by that name"
             )
     return recorded

@@ -30,6 +30,12 @@ def _quiet_upstream_log(request):
     yield
 
 
+def pytest_configure(config):
+    # Both sides warn about what the generated cases do on purpose (a child's load_weights
+    # returning None, layers left partly loaded): expected, and compared where it matters.
+    config.addinivalue_line("filterwarnings", "ignore::UserWarning")
+
+
 def pytest_report_header(config):
     return [
         f"upstream: {WHEEL} (sha256 {WHEEL_SHA256[:16]}...), {EXAMPLES} examples per property"
@@ -45,6 +51,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for prop, t in sorted(TALLY.items()):
         for what in t.first_unexplained:
             terminalreporter.write_line(f"  {prop}: {what}")
+        for what in t.first_documented:
+            terminalreporter.write_line(f"  {prop} (documented): {what}")
     out = os.environ.get("LOADKIT_UPSTREAM_TALLY")
     if out:
         Path(out).write_text(tally_json())

@@ -6,12 +6,31 @@ the difference, so a row whose difference disappears (either side changed) fails
 
 from __future__ import annotations
 
+import inspect
 import re
+import warnings
 
 import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from loadkit import WeightsMapper
-from loadkit.errors import MapperConfigError
+from loadkit import (
+    AutoWeightsLoader,
+    WeightsMapper,
+    default_weight_loader,
+    finalize_layerwise_reload,
+    get_numel_loaded,
+    initialize_layerwise_reload,
+    record_metadata_for_reloading,
+)
+from loadkit.errors import (
+    MapperConfigError,
+    ShapeMismatchError,
+    UnknownNameError,
+    WeightLoadError,
+)
+from loadkit.reload.layerwise import ReloadStateError, reload_log
 
 
 def test_mapper_build_empty_suffix(up):
@@ -47,3 +66,260 @@ def test_regex_keys_may_be_strings(up):
     with pytest.raises(AttributeError, match="'str' object has no attribute 'search'"):
         up.WeightsMapper(**rules)._map_name("layers.0.w")
     assert WeightsMapper(**rules).map_name("layers.0.w") == "h.0.w"
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(2, 2)
+
+
+def test_caller_lists_are_not_changed(up):
+    for cls, changed in ((up.AutoWeightsLoader, True), (AutoWeightsLoader, False)):
+        skip, suffixes = ["x."], [".x"]
+        cls(Two(), skip_substrs=skip, ignore_unexpected_suffixes=suffixes).load_weights([])
+        if changed:  # upstream extends them in place: the next model gets these rules too
+            assert skip == ["x.", *up.AutoWeightsLoader.ROTARY_EMBEDS_UNUSED_WEIGHTS]
+            assert suffixes == [".x", ".bias"]
+        else:
+            assert skip == ["x."] and suffixes == [".x"]
+
+
+def test_shape_errors_are_loadkit_errors(up):
+    param = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
+    with pytest.raises(
+        AssertionError, match=r"Attempted to load weight \(torch.Size\(\[3, 2\]\)\)"
+    ):
+        up.default_weight_loader(param, torch.zeros(3, 2))
+    with pytest.raises(ShapeMismatchError) as err:
+        default_weight_loader(param, torch.zeros(3, 2))
+    assert isinstance(err.value, ValueError)
+    assert (err.value.param_shape, err.value.weight_shape) == ((2, 3), (3, 2))
+
+
+def test_custom_loader_errors_keep_their_cause(up):
+    def refuses(param, loaded_weight):
+        raise RuntimeError("no")
+
+    def model():
+        m = Two()
+        m.proj.weight.weight_loader = refuses
+        return m
+
+    with pytest.raises(RuntimeError, match="^no$"):
+        up.AutoWeightsLoader(model()).load_weights([("proj.weight", torch.zeros(2, 2))])
+    with pytest.raises(WeightLoadError, match="proj.weight") as err:
+        AutoWeightsLoader(model()).load_weights([("proj.weight", torch.zeros(2, 2))])
+    assert type(err.value.__cause__) is RuntimeError and str(err.value.__cause__) == "no"
+
+
+def test_unknown_names_list_the_nearest_names(up):
+    weights = [("proj.weigth", torch.zeros(2, 2))]
+    with pytest.raises(ValueError, match="The available parameters belonging to") as upstream:
+        up.AutoWeightsLoader(Two()).load_weights(iter(weights))
+    assert "{'proj.weight', 'proj.bias'}" in str(upstream.value) or "{'proj.bias'," in str(
+        upstream.value
+    )
+    with pytest.raises(UnknownNameError) as ours:
+        AutoWeightsLoader(Two()).load_weights(iter(weights))
+    assert ours.value.suggestions[0] == "proj.weight"
+    assert "available parameters" not in str(ours.value)
+
+
+def test_kv_scale_names_map_without_a_deprecation_warning(up):
+    up.log.clear()
+    assert up.WeightsMapper()._map_name("attn.kv_scale") == "attn.kv_scale"
+    assert [lv for _, lv, _ in up.log.records] == ["warning_once"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert WeightsMapper().map_name("attn.kv_scale") == "attn.kv_scale"
+
+
+# --- counting --------------------------------------------------------------------------------
+
+
+def test_broadcasting_copies_are_counted(up):
+    def broadcast(param, loaded_weight):
+        param.data.copy_(loaded_weight[0])  # one value into every element
+
+    param = torch.zeros(4)
+    args = inspect.signature(broadcast).bind(param, torch.ones(2))
+    with pytest.raises(AssertionError):  # upstream's CopyCounter asserts equal numel
+        up.get_numel_loaded(broadcast, args)
+    assert get_numel_loaded(broadcast, args) == (4, None)
+
+
+# --- layerwise reload ------------------------------------------------------------------------
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((2,), 5.0), requires_grad=False)
+        self.bias = nn.Parameter(torch.full((2,), 6.0), requires_grad=False)
+
+
+class Reload:
+    """The reload lifecycle of one side: upstream's (given ``up``) or loadkit's."""
+
+    def __init__(self, up=None) -> None:
+        if up is None:
+            self.record, self.init = record_metadata_for_reloading, initialize_layerwise_reload
+            self.finalize = finalize_layerwise_reload
+            self.default, self.auto = default_weight_loader, AutoWeightsLoader
+        else:
+            self.record = up.reload.record_metadata_for_reloading
+            self.init = up.reload.initialize_layerwise_reload
+            self.finalize = lambda model: up.reload.finalize_layerwise_reload(model, None)
+            self.default, self.auto = up.default_weight_loader, up.AutoWeightsLoader
+
+    def __call__(self, model, loads, *, held=True):
+        """Open a reload, load ``loads`` [(name, value)], finalise."""
+        self.record(model)
+        self.init(model)
+        params = dict(model.named_parameters())  # the stand-ins, looked up once
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, value in loads:
+                t = params[name] if held else model.get_parameter(name)
+                getattr(t, "weight_loader", self.default)(t, value)
+            self.finalize(model)
+        return model
+
+
+class Ops(TorchDispatchMode):
+    """The aten ops run, with their arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func.__name__, args))
+        return func(*args, **(kwargs or {}))
+
+
+def test_unloaded_tensors_become_nan_not_uninitialised_memory(up):
+    filled = {}
+    for name, side in (("upstream", Reload(up)), ("loadkit", Reload())):
+        m = nn.Module()
+        m.a = nn.Parameter(torch.zeros(2), requires_grad=False)
+        m.b = nn.Parameter(torch.zeros(2), requires_grad=False)
+        side.record(m)
+        side.init(m)
+        m.a.weight_loader(m.a, torch.ones(2))
+        with warnings.catch_warnings(), Ops() as ops:
+            warnings.simplefilter("ignore")
+            side.finalize(m)  # b never loaded: materialised, then copied back
+        assert torch.equal(m.a, torch.ones(2))
+        filled[name] = [a[1] for f, a in ops.calls if f.startswith("fill_")]
+    # Upstream materialises with torch.empty and copies back whatever that memory held.
+    assert filled["upstream"] == []
+    assert all(v != v for v in filled["loadkit"]) and filled["loadkit"]  # NaN fills
+
+
+def test_a_parameter_named_bias_goes_on_meta_like_any_other(up):
+    upstream = Reload(up)(Layer(), [("weight", torch.ones(2))])
+    assert torch.equal(upstream.bias, torch.full((2,), 6.0))  # never on meta: kept
+    ours = Reload()(Layer(), [("weight", torch.ones(2))])
+    assert torch.isnan(ours.bias).all()
+
+
+def test_a_load_after_finalisation_is_dropped_even_when_looked_up_late(up):
+    loads = [("weight", torch.ones(2)), ("bias", torch.ones(2)), ("weight", torch.full((2,), 9.0))]
+    # Looked up once before loading (the stand-ins): both drop the late load.
+    for side in (Reload(up), Reload()):
+        assert torch.equal(side(Layer(), loads).weight, torch.ones(2))
+    # Looked up at each load: upstream gets the live tensor back and writes straight into it.
+    assert torch.equal(Reload(up)(Layer(), loads, held=False).weight, torch.full((2,), 9.0))
+    assert torch.equal(Reload()(Layer(), loads, held=False).weight, torch.ones(2))
+
+
+def test_tied_parameters_are_refused(up):
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = Layer()
+            self.head = nn.Module()
+            self.head.weight = self.embed.weight
+
+    upstream = Reload(up)(Tied(), [("embed.weight", torch.ones(2))])
+    assert torch.equal(upstream.head.weight, torch.ones(2))  # reloads (its limitation 2)
+    with pytest.raises(ReloadStateError, match="tied"):
+        Reload()(Tied(), [("embed.weight", torch.ones(2))])
+
+
+def test_a_load_that_raised_is_not_replayed(up):
+    def refuses(param, loaded_weight):
+        raise RuntimeError("refused")
+
+    def start(side):
+        m = Layer()
+        m.bias.weight_loader = refuses
+        live = m.weight
+        side.record(m)
+        side.init(m)
+        m.weight.weight_loader(m.weight, torch.ones(2))  # half the layer: not finalised yet
+        with pytest.raises(RuntimeError, match="refused"):
+            m.bias.weight_loader(m.bias, torch.ones(2))
+        return m, live
+
+    m, live = start(Reload(up))
+    # Upstream buffered the failed load before counting it: finalising replays it, raises
+    # again, and leaves the layer materialised, its live storage no longer in the model.
+    with pytest.raises(RuntimeError, match="refused"):
+        Reload(up).finalize(m)
+    assert m.weight is not live
+    m, live = start(Reload())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        finalize_layerwise_reload(m)
+    assert m.weight is live and torch.equal(m.weight, torch.ones(2))
+    assert torch.isnan(m.bias).all()
+
+
+def test_batchnorm_stats_reload_through_auto_weights_loader(up):
+    weights = [
+        ("bn.weight", torch.ones(2)),
+        ("bn.bias", torch.ones(2)),
+        ("bn.running_mean", torch.full((2,), 3.0)),
+        ("bn.running_var", torch.full((2,), 4.0)),
+        ("bn.num_batches_tracked", torch.tensor(7)),
+    ]
+    stats = {}
+    for name, side in (("upstream", Reload(up)), ("loadkit", Reload())):
+        m = nn.Module()
+        m.bn = nn.BatchNorm1d(2)
+        side.record(m)
+        side.init(m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            side.auto(m).load_weights([(n, w.clone()) for n, w in weights])
+            side.finalize(m)
+        stats[name] = m.bn
+    # Upstream's AutoWeightsLoader hands the stats over as detached state_dict copies (no
+    # reload wrapper on them): they load into nothing and the layer gets uninitialised stats.
+    assert not torch.equal(stats["upstream"].running_mean, torch.full((2,), 3.0))
+    assert torch.equal(stats["loadkit"].running_mean, torch.full((2,), 3.0))
+    assert int(stats["loadkit"].num_batches_tracked) == 7
+    assert torch.equal(stats["upstream"].weight, torch.ones(2))  # parameters load on both
+
+
+def test_expert_bookkeeping_tensors_are_counted_like_any_other(up):
+    def model():
+        m = nn.Module()
+        m.weight = nn.Parameter(torch.zeros(2), requires_grad=False)
+        m.register_buffer("expert_mask", torch.ones(2))  # upstream: SKIP_LOAD_TENSORS
+        return m
+
+    up.log.clear()
+    upstream = Reload(up)(model(), [("weight", torch.ones(2))])
+    assert "Module: 2 / 2" in up.log.messages("debug")  # the mask is not part of the total
+    assert torch.equal(upstream.expert_mask, torch.ones(2))
+    ours = model()
+    Reload()(ours, [("weight", torch.ones(2))])
+    assert [(s.running, s.total) for s in reload_log(ours)][0] == (2, 4)
+    assert torch.isnan(ours.expert_mask).all()

@@ -8,8 +8,9 @@ import regex
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from transformers.core_model_loading import WeightRenaming
 
-from upstream.common import PROPERTY, Difference, loadkit_side, record, run
+from upstream.common import PROPERTY, Difference, loadkit_side, rare, record, run
 
 PARTS = ["model", "layers", "0", "1", "q_proj", "k_proj", "weight", "bias", "norm", "gamma"]
 FRAGMENTS = ["", "model.", "layers.", ".0", "0", "q_proj", "k_proj", "proj", ".weight", "weight",
@@ -47,23 +48,17 @@ class Rename:
         return f"Rename({self.source_patterns[0]!r}, {self.target_patterns[0]!r})"
 
 
+RENAMES = [("gamma", "weight"), (r"^model\.", ""), (r"layers\.(\d)", r"h.\1"), ("k_proj", "v_proj"),
+           (r"^model\.", "m."), ("norm", "ln")]  # fmt: skip
+
+# transformers' own WeightRenaming (what vLLM's Transformers backend puts there), and a minimal
+# object with only the method the mapper calls.
 renamings = st.lists(
-    st.builds(
-        Rename,
-        st.sampled_from([r"gamma", r"^model\.", r"layers\.(\d)", r"k_proj"]),
-        st.sampled_from(["weight", "", "h.", "v_proj"]),
+    st.tuples(st.sampled_from(RENAMES), st.booleans()).map(
+        lambda r: WeightRenaming(*r[0]) if r[1] else Rename(*r[0])
     ),
     max_size=2,
 )
-
-
-@st.composite
-def rare(draw, p: int = 30) -> bool:
-    """True about once in ``p`` draws: documented-deviation inputs stay a small share.
-
-    A middle value, not 0: hypothesis draws the ends of a range far more often than 1 in ``p``.
-    """
-    return draw(st.integers(0, p - 1)) == p // 2
 
 
 @st.composite
@@ -98,8 +93,10 @@ def rule_table(draw, *, stacked: bool = False, suffix: bool = False):
 
 @st.composite
 def mapper_rules(draw):
+    # Every stage left at its default when it has no rules, renaming included.
+    renaming = draw(renamings)
     return {
-        "orig_to_new_renaming": draw(renamings),
+        **({"orig_to_new_renaming": renaming} if renaming else {}),
         "orig_to_new_regex": draw(regex_rules()),
         "orig_to_new_substr": draw(rule_table()),
         "orig_to_new_stacked": draw(rule_table(stacked=True)),
@@ -215,7 +212,10 @@ def test_mapper_maps_like_upstream(up, rules, names_):
 @given(a=mapper_rules(), b=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
 def test_merged_mapper_maps_like_upstream(up, a, b, names_):
     lk = loadkit_side()
-    merged_rules = {f: (a[f] + b[f]) if f.endswith("renaming") else {**a[f], **b[f]} for f in a}
+    merged_rules = {
+        f: [*a.get(f, []), *b.get(f, [])] if f.endswith("renaming") else {**a[f], **b[f]}
+        for f in {*a, *b}
+    }
     built = run(lambda: lk.WeightsMapper(**a) | lk.WeightsMapper(**b))
     up_m = up.WeightsMapper(**a) | up.WeightsMapper(**b)
     prop = "mapper: merged mappers"

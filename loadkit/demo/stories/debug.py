@@ -16,7 +16,7 @@ from typing import Any
 from loadkit.demo.stories import DATA_DIR
 from loadkit.inspection.inspector import InspectReport, inspect_checkpoint
 from loadkit.inspection.layout import fmt_bytes, treemap_columns
-from loadkit.models.registry import BUILTIN
+from loadkit.models.registry import BUILTIN, FROM_CONFIG
 
 DATA = DATA_DIR
 HEADER_ONLY = "(header only)"
@@ -45,6 +45,15 @@ def data_checkpoints() -> list[str]:
     return sorted(shown_path(p) for p in found)
 
 
+def start(checkpoint: str | None, model: str | None) -> tuple[str, str]:
+    """The notebook's parameters, defaults filled in: ``checkpoint`` None is the first of the
+    kit's own checkpoints; ``model`` None is the model that reads it (``model_for``)."""
+    if checkpoint is None:
+        path, default = default_checkpoint()
+        return path, default if model is None else model
+    return str(checkpoint), model_for(str(checkpoint)) if model is None else model
+
+
 def default_checkpoint() -> tuple[str, str]:
     """``(checkpoint, model)``: the first present of ``PREFERRED`` with its built-in model."""
     paths = data_checkpoints()
@@ -59,16 +68,23 @@ def default_checkpoint() -> tuple[str, str]:
 
 
 def model_for(path: str) -> str:
-    """The built-in model that reads a data/ checkpoint (header only for anything else)."""
+    """The model that reads a checkpoint: ``hf`` when a ``config.json`` lies beside it (a
+    Hugging Face checkpoint), the built-in one for data/'s checkpoints, else header only."""
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    if (folder / "config.json").is_file():
+        return "hf"
     try:
-        top = Path(path).resolve().relative_to(DATA).parts[0]
+        top = p.resolve().relative_to(DATA).parts[0]
     except ValueError:
         return HEADER_ONLY
     return MODEL_FOR_FOLDER.get(top, HEADER_ONLY)
 
 
 def model_choices() -> list[str]:
-    return [HEADER_ONLY, *BUILTIN]
+    """Suggestions for the model field (it takes any spec: ``package.module:callable``,
+    ``hf:PATH``...)."""
+    return [HEADER_ONLY, *FROM_CONFIG, *BUILTIN]
 
 
 def inspect(path: str, model: str | None, mapper: str | None = None) -> InspectReport:
@@ -256,7 +272,16 @@ class DebugPanel:
         self.path = widgets.Text(
             value=path, description="checkpoint", continuous_update=False, layout={"width": "70%"}
         )
-        self.model = widgets.Dropdown(options=model_choices(), value=model, description="model")
+        # Free text with suggestions: any --model spec works, not only the ones listed.
+        self.model = widgets.Combobox(
+            value=model,
+            options=model_choices(),
+            ensure_option=False,
+            description="model",
+            placeholder="hf, a built-in, package.module:callable, or (header only)",
+            continuous_update=False,
+            layout={"width": "70%"},
+        )
         self.mapper = widgets.Text(
             value="",
             description="mapper",
@@ -304,3 +329,52 @@ class DebugPanel:
         if self.error:
             return f"error: {self.error}"
         return "\n\n".join([probe_table(self.report), mismatch_tables(self.report)])
+
+
+# --- a Hugging Face checkpoint -------------------------------------------------------------------
+
+# Tiny configs of two architectures transformers knows (four layers' worth of names, a few KB).
+TINY_HF = {
+    "llama": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "vocab_size": 64},
+    ),
+    "gpt2": (
+        "GPT2LMHeadModel",
+        "GPT2Config",
+        {"n_embd": 16, "n_layer": 2, "n_head": 2, "vocab_size": 64, "n_positions": 32,
+         "bos_token_id": 0, "eos_token_id": 0},
+    ),
+}  # fmt: skip
+
+
+def tiny_hf_checkpoint(folder: str | os.PathLike[str], arch: str = "llama", seed: int = 0) -> str:
+    """A tiny ``arch`` model written by transformers' own ``save_pretrained`` (config.json and
+    safetensors) into ``folder``; its values are seeded eighths. Returns the folder, relative."""
+    import torch
+    import transformers
+
+    cls_name, config_name, kwargs = TINY_HF[arch]
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    model = getattr(transformers, cls_name)(getattr(transformers, config_name)(**kwargs))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-8, 8, p.shape, generator=g).to(p.dtype) / 8)
+    model.save_pretrained(folder)
+    return shown_path(folder)
+
+
+def report_sections(
+    report: InspectReport, *names: str, limit: int = 20, verdict: bool = True
+) -> str:
+    """The named sections of the report's text (``"model"``, ``"mapper"``, ``"load"``...) in
+    the order named, and its verdict."""
+    blocks = {b.split(maxsplit=1)[0]: b for b in report.render(limit=limit).split("\n\n") if b}
+    keep = [blocks[n] for n in names if n in blocks]
+    if verdict:
+        keep.append(blocks["verdict:"])
+    return "\n\n".join(keep)

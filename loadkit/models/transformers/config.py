@@ -1,0 +1,103 @@
+"""Reading a Hugging Face ``config.json`` into transformers' own config class.
+
+The checks that need no transformers come first (the file is there, it is JSON, it names a
+``model_type``), so the common mistakes fail fast; transformers is imported only to look the
+``model_type`` up and build its config class. Every failure is a ``ModelSpecError`` (exit 2 in
+the CLI) naming the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loadkit.models.registry import ModelSpecError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+CONFIG_NAME = "config.json"
+
+
+def config_path(source: str | os.PathLike[str]) -> Path:
+    """The ``config.json`` that ``source`` names: the file itself, or the one in the folder.
+
+    A checkpoint file stands for its folder: ``folder/model.safetensors`` ->
+    ``folder/config.json``. For example ``config_path("ckpt")`` is ``ckpt/config.json`` when that
+    file exists; otherwise a ``ModelSpecError`` says where it looked.
+    """
+    path = Path(source)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    elif path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json"):
+        path = path.parent / CONFIG_NAME
+    if not path.is_file():
+        where = path.parent if path.name == CONFIG_NAME else path
+        raise ModelSpecError(
+            f"{path}: no such config file; --model hf reads the {CONFIG_NAME} that "
+            f"save_pretrained writes next to the weights (none in {where}); give one with "
+            "--model hf:PATH"
+        )
+    return path
+
+
+def read_config_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in ``path``, with a ``model_type`` (no transformers needed)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelSpecError(f"{path}: cannot read the config: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelSpecError(f"{path}: the config is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelSpecError(f"{path}: the config must be a JSON object, not {type(data).__name__}")
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelSpecError(
+            f"{path}: the config has no 'model_type' (transformers picks the architecture by it)"
+        )
+    return data
+
+
+def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
+    """transformers' config class for ``data["model_type"]``, built from ``data``."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    model_type = data["model_type"]
+    if model_type not in CONFIG_MAPPING_NAMES:
+        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING_NAMES), n=3)
+        hint = f"; nearest: {', '.join(near)}" if near else ""
+        import transformers
+
+        raise ModelSpecError(
+            f"{source}: unknown model_type {model_type!r}: transformers "
+            f"{transformers.__version__} has no such architecture{hint}"
+        )
+    try:
+        return CONFIG_MAPPING[model_type].from_dict(dict(data))
+    except Exception as exc:  # transformers validates values: say which file was wrong
+        raise ModelSpecError(
+            f"{source}: transformers cannot build a {model_type!r} config from it: {one_line(exc)}"
+        ) from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line (transformers' validation errors span several)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def load_config(source: str | os.PathLike[str]) -> tuple[PretrainedConfig, str]:
+    """``(config, path it came from)`` for a ``config.json``, a folder or a checkpoint file.
+
+    >>> load_config("no/such/folder")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    loadkit.models.registry.ModelSpecError: no/such/folder/config.json: no such config file ...
+    """
+    path = config_path(source)
+    return config_from_dict(read_config_dict(path), str(path)), str(path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import struct
@@ -126,9 +127,8 @@ def make_index2k(out: Path, shards: int = 8) -> Path:
     for s in range(shards):
         file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         part = names[s * per : (s + 1) * per]
-        total += write_sparse_safetensors(
-            folder / file, {n: ("BF16", shape, 2) for n, shape in part}
-        )
+        write_sparse_safetensors(folder / file, {n: ("BF16", shape, 2) for n, shape in part})
+        total += sum(2 * math.prod(shape) for _, shape in part)  # tensor bytes, as HF counts
         weight_map.update(dict.fromkeys((n for n, _ in part), file))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))

@@ -23,7 +23,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODELS = ["loadkit.models.gemma4", "loadkit.models.plamo2", "loadkit.models.nemotron_h"]
+MODELS = [
+    "loadkit.models.gemma4",
+    "loadkit.models.plamo2",
+    "loadkit.models.nemotron_h",
+    "loadkit.models.llama",
+]
 
 
 def generate(out_dir: Path) -> list[Path]:

@@ -190,7 +190,7 @@ def test_header_only_report_and_json(tmp_path):
     assert "layers.{0-1}" in out and "x2" in out
     assert "verdict: headers valid" in out
     doc = json.loads(run("inspect", f, "--json").stdout)
-    assert doc["schema"] == 1 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["schema"] == 2 and doc["exit_status"] == 0 and doc["clean"] is None
     assert doc["checkpoint"]["tensor_count"] == 27
     assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"
     assert [c["name"] for c in doc["layout"]["children"]] == ["model", "lm_head"]
@@ -253,8 +253,6 @@ def test_exit_2_for_unusable_input(tmp_path):
         (not_json, ["notjson.safetensors", "not valid JSON"]),
         (bad_dtype, ["dtype.safetensors", "'w'", "F128"]),
         (bad_shape, ["shape.safetensors", "'w'", "[3, 3]", "16"]),
-        (twice, ["b.safetensors", "'w'", "a.safetensors", "[2]", "[3]"]),
-        (index, ["model.safetensors.index.json", "gone.safetensors", "'v'"]),
     ]
     for path, words in cases:
         res = run("inspect", path)
@@ -266,6 +264,17 @@ def test_exit_2_for_unusable_input(tmp_path):
             assert w in res.stderr, (w, res.stderr)
     res = run("inspect", truncated, "--json")
     assert res.returncode == 2 and json.loads(res.stdout)["exit_status"] == 2
+    # A folder whose shards disagree (with each other, or with the index) is still read: every
+    # problem is listed with where the key is, and the rest of the report printed (exit 1).
+    for path, words in [
+        (twice, ["in two shards", "a.safetensors and b.safetensors", "'w'", "[2]", "[3]"]),
+        (index, ["missing shard", "gone.safetensors", "'v'", "no shard holds it"]),
+    ]:
+        res = run("inspect", path)
+        assert res.returncode == 1, (path, res.stdout, res.stderr)
+        assert res.stderr == "" and "layout" in res.stdout
+        for w in words:
+            assert w in res.stdout, (path, w, res.stdout)
 
 
 def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
@@ -387,3 +396,104 @@ def test_importtime_agrees(tmp_path):
     assert res.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()}
     assert "loadkit.inspection.inspector" in imported and "torch" not in imported
+
+
+CLASSIFIER_MODEL = """
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(8, 4)
+        self.dense = nn.Linear(4, 4)
+
+
+class Classifier(nn.Module):
+    def __init__(self, num_labels=2):
+        super().__init__()
+        self.bert = Encoder()
+        self.classifier = nn.Linear(4, num_labels)
+
+
+def build(num_labels=2):
+    return Classifier(num_labels)
+"""
+
+
+def test_flags_for_a_fresh_classification_head(tmp_path):
+    (tmp_path / "cls_model.py").write_text(CLASSIFIER_MODEL)
+    f = write_safetensors(
+        tmp_path / "m.safetensors",
+        {
+            "bert.embed.weight": ("F32", (8, 4)),
+            "bert.dense.weight": ("F32", (4, 4)),
+            "bert.dense.bias": ("F32", (4,)),
+            "bert.embed.position_ids": ("I64", (1, 8)),
+            "cls.head.weight": ("F32", (4, 4)),
+            "cls.head.decoder": ("F32", (8, 4)),
+            "bert.dense.scale": ("F32", (1,)),
+        },
+    )
+    base = ["inspect", f, "--model", "cls_model.py:build", "--model-arg", "num_labels=3"]
+    res = run(*base, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert "classifier.weight  [3, 4] float32" in res.stdout  # the argument reached the model
+    flags = [
+        "--skip-prefix", "bert.embed.position_ids",
+        "--ignore-unexpected-prefix", "cls.",
+        "--ignore-unexpected-suffix", ".scale",
+        "--allow-missing", "classifier.*",
+    ]  # fmt: skip
+    res = run(*base, *flags, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout
+    assert "2 missing (2 allowed by --allow-missing)" in res.stdout
+    assert "2 ignored: ignore_unexpected_prefixes 'cls.'" in res.stdout
+    assert "1 ignored: ignore_unexpected_suffixes '.scale'" in res.stdout
+    doc = json.loads(run(*base, *flags, "--json", cwd=tmp_path).stdout)
+    assert doc["load"]["rules"]["skip_prefixes"] == ["bert.embed.position_ids"]
+    assert doc["exit_status"] == 0 and doc["probe"] is None
+    # Without the suffix rule and --allow-missing: the leaf 'scale' and the head are reported.
+    res = run(*base, *flags[:4], cwd=tmp_path)
+    assert res.returncode == 1 and "1 unexpected" in res.stdout and "2 model tensor" in res.stdout
+    assert "--probe" not in res.stdout and "pooling probe" not in res.stdout
+    assert "pooling probe" in run(*base, "--probe", cwd=tmp_path).stdout
+
+
+def test_strict_dtype_and_bad_model_args(tmp_path):
+    (tmp_path / "cls_model.py").write_text(CLASSIFIER_MODEL)
+    f = write_safetensors(
+        tmp_path / "m.safetensors",
+        {
+            "bert.embed.weight": ("BF16", (8, 4)),
+            "bert.dense.weight": ("BF16", (4, 4)),
+            "bert.dense.bias": ("BF16", (4,)),
+            "classifier.weight": ("BF16", (2, 4)),
+            "classifier.bias": ("BF16", (2,)),
+        },
+    )
+    base = ["inspect", f, "--model", "cls_model.py:build"]
+    res = run(*base, cwd=tmp_path)
+    assert res.returncode == 0 and "5 tensors bfloat16 -> float32" in res.stdout
+    assert res.stdout.count("bfloat16 -> float32") == 1  # one line for the whole kind
+    res = run(*base, "--strict-dtype", cwd=tmp_path)
+    assert res.returncode == 1 and "5 dtype cast(s) (--strict-dtype)" in res.stdout
+    for bad, words in [
+        (["--model-arg", "labels"], "expected KEY=VALUE"),
+        (["--model-arg", "width=3"], "takes no argument 'width'"),
+    ]:
+        res = run(*base, *bad, cwd=tmp_path)
+        assert res.returncode == 2 and words in res.stderr, res.stderr
+    res = run("inspect", f, "--strict-dtype")
+    assert res.returncode == 2 and "need a --model" in res.stderr
+
+
+def test_parse_inspect_collects_repeated_flags():
+    args = parse_inspect(
+        ["ck", "--allow-missing", "a.*", "--allow-missing=b.*", "--model-arg", "n=2",
+         "--model-arg", "name=x", "--strict-dtype", "--probe"]
+    )  # fmt: skip
+    assert args.allow_missing == ("a.*", "b.*")
+    assert args.model_args == (("n", 2), ("name", "x"))
+    assert args.strict_dtype and args.probe and not args.json

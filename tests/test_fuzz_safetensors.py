@@ -43,6 +43,7 @@ from safetensors.torch import load_file
 
 from loadkit import open_checkpoint
 from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES
+from loadkit.checkpoint.index import open_lenient
 from loadkit.errors import LoadkitError
 from loadkit.inspection.cli import main
 
@@ -535,5 +536,14 @@ def test_sharded_folders_open_exactly_when_the_index_and_shards_are_sound(workdi
     if want is not None and got is not None:
         assert_identical(got[0], want)
     status, _, err = run_cli("inspect", folder)
-    assert status == (0 if want is not None else 2), err
+    # inspect reads a folder as far as it can: an index that disagrees with its shards is listed
+    # problem by problem (exit 1); one it cannot read at all, or cannot trust, is exit 2. Of a
+    # folder the reference loads, it can only add what the reference never checks: a key a shard
+    # holds that the index does not list, and the index's metadata.total_size.
+    if want is None:
+        assert status in (1, 2), err
+    else:
+        failing = {p.kind for p in open_lenient(folder)[1] if p.fails}
+        assert failing <= {"not in index", "total_size"}, failing
+        assert status == (1 if failing else 0), err
     assert "Traceback" not in err and no_raw_control(err)

@@ -296,13 +296,25 @@ def test_control_characters_in_names_and_paths_are_printed_escaped(tmp_path):
     text = inspect_checkpoint(folder).render()
     assert "evil\\nname" in text and "bell\\x07" in text and "\\x1b[31m" in text
     assert all(c.isprintable() for line in text.splitlines() for c in line)
-    # One line on error, whatever the name: a shape mismatch in an index names the key.
+    # An index problem names the key and the shard, escaped, on its own line (exit 1) ...
     (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {"evil\nname": "gone\n.safetensors"}})
+        json.dumps(
+            {
+                "weight_map": {
+                    "evil\nname": "gone\n.safetensors",
+                    "bell\x07.esc\x1b[31m": "m.safetensors",
+                }
+            }
+        )
     )
     res = run("inspect", folder)
+    assert res.returncode == 1 and res.stderr == "", res.stderr
+    assert "'evil\\nname'" in res.stdout and "gone\\n.safetensors" in res.stdout
+    assert all(c.isprintable() for line in res.stdout.splitlines() for c in line)
+    # ... and an error is one line, whatever the path.
+    res = run("inspect", folder / "gone\n.safetensors")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-    assert "evil\\nname" in res.stderr and "gone\\n.safetensors" in res.stderr
+    assert "gone\\n.safetensors: no such file" in res.stderr
 
 
 # --- built-in models sized from hostile shapes ----------------------------------------------------
@@ -393,8 +405,12 @@ def test_a_fifo_is_refused_without_hanging(tmp_path):
     folder.mkdir()
     save_file({"w": torch.zeros(1)}, str(folder / "a.safetensors"))
     os.mkfifo(folder / "b.safetensors")
+    with pytest.raises(CheckpointError, match="b.safetensors: is a FIFO, not a regular file"):
+        open_checkpoint(folder)
+    # inspect reads the rest of the folder and lists the FIFO as an unreadable shard (exit 1).
     res = run("inspect", folder, timeout=60)  # a plain open() of the FIFO would block forever
-    assert res.returncode == 2 and "b.safetensors: is a FIFO, not a regular file" in res.stderr
+    assert res.returncode == 1, res.stderr
+    assert "unreadable shard: " in res.stdout and "b.safetensors: is a FIFO" in res.stdout
     res = run("inspect", folder / "b.safetensors", timeout=60)
     assert res.returncode == 2 and "is a FIFO" in res.stderr
     os.mkfifo(tmp_path / "idx")
@@ -545,9 +561,10 @@ class _Two(torch.nn.Module):
 @pytest.mark.parametrize("where", ["top level", "inside a known module"])
 @pytest.mark.parametrize("order", ["unknown names first", "unknown names last"])
 def test_the_dry_load_is_linear_in_the_number_of_names(tmp_path, monkeypatch, where, order):
-    """Thousands of unknown names: two passes, each name streamed at most twice (it was one pass
-    per name, up to 256, each rescanning every name)."""
-    import loadkit.inspection.simulate as simulate
+    """Thousands of unknown names: one pass (the observer records each and the walk goes on),
+    each name streamed at most twice (it was one pass per name, up to 256, each rescanning every
+    name)."""
+    import loadkit.inspection.simulate.recording as recording
 
     n = 3000
     junk = {
@@ -560,9 +577,9 @@ def test_the_dry_load_is_linear_in_the_number_of_names(tmp_path, monkeypatch, wh
 
     f = save_in_order(tmp_path / "m.safetensors", tensors)
     made = []
-    original = simulate._meta_weight
-    monkeypatch.setattr(simulate, "_meta_weight", lambda info: made.append(1) or original(info))
+    original = recording.meta_weight
+    monkeypatch.setattr(recording, "meta_weight", lambda info: made.append(1) or original(info))
     report = inspect_checkpoint(f, model=_Two)
-    assert report.load.complete and report.load.runs == 2
+    assert report.load.complete and report.load.runs == 1
     assert len(report.load.unexpected) == n and report.load.filled == 2
     assert len(made) <= 2 * (n + 2)

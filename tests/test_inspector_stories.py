@@ -132,7 +132,7 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert journey.endswith("ledger      loaded -> model.layers.0.mixer.A")
     assert "ckpt: mtp -> dropped by mapper: 1" in tour.sankey_data(ledger)
     assert "packed_loader" in tour.loader_table(model)
-    report = inspect_checkpoint(path, model="loadkit.demo.stories.tour:TinyHybrid")
+    report = inspect_checkpoint(path, model="loadkit.demo.stories.tour:TinyHybrid", probe=True)
     assert report.clean and not report.probe["old"].hit and report.probe["new"].walked == 1
 
 

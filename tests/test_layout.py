@@ -117,3 +117,63 @@ def test_totals_are_conserved_folded_or_not(tensors):
         for node in root.walk():
             assert node.tensors >= sum(c.tensors for c in node.children.values())
     assert sorted(build_layout(items).leaves()) == sorted(items)
+
+
+def _layer_items(layers=6, odd_shape=None, missing=None):
+    items = []
+    for i in range(layers):
+        items.append((f"enc.layer.{i}.fc.weight", 4, "F32", (16, 8) if i != odd_shape else (8, 16)))
+        if i != missing:
+            items.append((f"enc.layer.{i}.fc.bias", 4, "F32", (16,)))
+    return items
+
+
+def test_folded_siblings_name_the_odd_layer():
+    root = build_layout(_layer_items(odd_shape=3, missing=4), fold=True)
+    weight = root.find("enc.layer.{0-5}.fc.weight")
+    bias = root.find("enc.layer.{0-5}.fc.bias")
+    assert weight.shape == (16, 8) and weight.missing_in == []
+    assert [(v.shape, v.dtype, v.places) for v in weight.variants] == [
+        ((8, 16), None, ["enc.layer.3"])
+    ]
+    assert bias.shape == (16,) and bias.variants == [] and bias.missing_in == ["enc.layer.4"]
+    assert [n.path for n in root.odd_ones()] == [weight.path, bias.path]
+    text = root.render()
+    assert "[16, 8]; [8, 16] in enc.layer.3" in text
+    assert "[16]; 5 of 6: missing in enc.layer.4" in text
+    d = root.find("enc.layer.{0-5}.fc").as_dict()["children"]
+    assert d[0]["variants"] == [{"shape": [8, 16], "dtype": None, "in": ["enc.layer.3"]}]
+    assert d[1]["missing_in"] == ["enc.layer.4"] and d[1]["shape"] == [16]
+    # A uniform fold says nothing more than the shape; unfolding and refolding keeps shapes.
+    uniform = build_layout(_layer_items(), fold=True)
+    assert list(uniform.odd_ones()) == []
+    assert (
+        build_layout(_layer_items(missing=4)).folded().as_dict()
+        == build_layout(_layer_items(missing=4), fold=True).as_dict()
+    )
+
+
+def test_nested_folds_and_dtypes():
+    items = [
+        (f"layers.{i}.experts.{j}.w", 2, "BF16" if (i, j) != (0, 1) else "F16", (2,))
+        for i in range(2)
+        for j in range(3)
+        if (i, j) != (1, 2)
+    ]
+    items.append(("layers.1.experts.2.v", 2, "BF16", (2,)))  # expert 2 of layer 1 exists
+    w = build_layout(items, fold=True).find("layers.{0-1}.experts.{0-2}.w")
+    assert w.missing_in == ["layers.1.experts.2"]
+    assert [(v.dtype, v.places, v.usual) for v in w.variants] == [
+        ("F16", ["layers.0.experts.1"], "BF16")
+    ]
+
+
+def test_a_tensor_most_instances_lack_names_the_few_that_have_it():
+    items = [(f"l.{i}.w", 4, "F32", (2,)) for i in range(300)]
+    items += [(f"l.{i}.extra_{i}", 4, "F32", (2,)) for i in range(300)]  # one per layer
+    root = build_layout(items, fold=True)
+    extra = root.find("l.{0-299}.extra_7")
+    assert extra.only_in == ["l.7"] and extra.of == 300 and extra.missing_in == []
+    assert "1 of 300: only in l.7" in extra.shape_text()
+    # Each tensor names the smaller side: 300 places in all, not 300 x 299.
+    assert sum(len(n.only_in) + len(n.missing_in) for n in root.walk()) == 300

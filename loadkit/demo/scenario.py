@@ -15,12 +15,18 @@ from typing import Any
 
 @dataclass
 class Series:
-    """One line (or bar set) of a chart."""
+    """One line (or bar set, or heatmap) of a chart.
+
+    A heatmap (``mode="heatmap"``) has its cells in ``z`` (one list per ``y`` label); ``style``
+    holds extra plotly trace options (a colour scale, ...).
+    """
 
     x: list[Any]
     y: list[Any]
-    mode: str = "lines+markers"  # plotly scatter mode, or "bar"
-    text: list[str] | None = None
+    mode: str = "lines+markers"  # plotly scatter mode, "bar" or "heatmap"
+    text: list[Any] | None = None  # per point; per cell (a list per row) for a heatmap
+    z: list[list[Any]] | None = None
+    style: dict[str, Any] | None = None
 
 
 @dataclass

@@ -34,9 +34,14 @@ def _trace(name: str, s: Series) -> Any:
     import plotly.graph_objects as go
 
     colour = BEHAVIOUR_COLOURS.get(name)
+    style = dict(s.style or {})
+    if s.mode == "heatmap":
+        return go.Heatmap(name=name, x=s.x, y=s.y, z=s.z, text=s.text, **style)
     if s.mode == "bar":
-        return go.Bar(name=name, x=s.x, y=s.y, text=s.text, marker_color=colour)
-    return go.Scatter(name=name, x=s.x, y=s.y, mode=s.mode, text=s.text, line_color=colour)
+        style.setdefault("marker_color", colour)
+        return go.Bar(name=name, x=s.x, y=s.y, text=s.text, **style)
+    style.setdefault("line_color", colour)
+    return go.Scatter(name=name, x=s.x, y=s.y, mode=s.mode, text=s.text, **style)
 
 
 def base_figure(title: str, *, height: int = 420, **layout: Any) -> Any:

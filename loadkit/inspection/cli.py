@@ -1,7 +1,8 @@
-"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json] [--debug]``.
+"""``python -m loadkit inspect CHECKPOINT [--model SPEC] [--mapper RULES] [--json] [--debug] ...``.
 
 Exit status: 0 the checkpoint would load cleanly (without ``--model``: its headers are valid),
-1 it would not, 2 the command could not run on this input (a clear one-line message on stderr;
+1 it would not (or a folder's index disagrees with its shards), 2 the command could not run on
+this input (a clear one-line message on stderr;
 with ``--json`` also a JSON ``{"error": ..., "exit_status": 2}`` on stdout), 3 an unexpected
 internal error (one line; the traceback only with ``--debug``). Without ``--model`` torch is
 never imported. Names and paths are printed escaped: a control character in a tensor name never
@@ -15,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from loadkit.errors import printable
 
@@ -28,15 +30,18 @@ fired for which key, the pooling probe's verdict (old and new), unexpected and m
 the nearest names, shape mismatches and dtype casts."""
 
 INSPECT_EPILOG = """\
-exit status: 0 would load cleanly (no --model: headers valid), 1 would not load,
-2 could not run on this input (unreadable checkpoint, bad --model or --mapper, bad arguments),
-3 internal error (a bug: rerun with --debug for the traceback).
+exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
+folder's index disagrees with its shards: every problem is listed), 2 could not run on this
+input (unreadable checkpoint, bad --model, --model-arg or --mapper, bad arguments), 3 internal
+error (a bug: rerun with --debug for the traceback).
 
 examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
   python -m loadkit inspect path/to/hf-checkpoint --model hf
-  python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json"""
+  python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
+  python -m loadkit inspect bert --model mypkg:classifier --model-arg num_labels=3 \\
+      --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
 
 
 def _positive_int(text: str) -> int:
@@ -45,6 +50,31 @@ def _positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
     return max(value, 1)
+
+
+def _tp(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def model_arg(text: str) -> tuple[str, Any]:
+    """``--model-arg KEY=VALUE``: VALUE as JSON when it parses, else the string itself.
+
+    >>> model_arg("num_labels=3"), model_arg("name=bert"), model_arg("x=[1, 2]")
+    (('num_labels', 3), ('name', 'bert'), ('x', [1, 2]))
+    """
+    key, eq, value = text.partition("=")
+    if not eq or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except (ValueError, RecursionError):  # not JSON, a number too long for int(), deep nesting
+        return key, value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,7 +138,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
         '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
     )
+    inspect.add_argument(
+        "--model-arg",
+        metavar="KEY=VALUE",
+        dest="model_args",
+        action="append",
+        type=model_arg,
+        default=[],
+        help="a keyword argument for a callable --model (repeatable); VALUE is read as JSON "
+        'when it parses (3, true, "x"), else as a string',
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    inspect.add_argument(
+        "--tp",
+        metavar="N",
+        type=_tp,
+        help="also simulate N tensor-parallel ranks (meta device): what each rank would hold "
+        "(rows of each checkpoint key) and what cannot work (heads or intermediate size not "
+        "divisible, kv heads replicated, vocabulary padding)",
+    )
     inspect.add_argument(
         "--limit",
         metavar="N",
@@ -121,12 +169,66 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on an internal error, print the traceback (exit status 3 either way)",
     )
+    rules = inspect.add_argument_group(
+        "rules", "as the model's root AutoWeightsLoader applies them; each repeatable"
+    )
+    for flag, dest, metavar, text in [
+        ("--skip-prefix", "skip_prefixes", "P", "skip names (after the mapper) starting with P"),
+        (
+            "--ignore-unexpected-prefix",
+            "ignore_unexpected_prefixes",
+            "P",
+            "a name the model lacks is ignored when it starts with P",
+        ),
+        (
+            "--ignore-unexpected-suffix",
+            "ignore_unexpected_suffixes",
+            "S",
+            "... or when it ends with S",
+        ),
+        (
+            "--allow-missing",
+            "allow_missing",
+            "PATTERN",
+            "model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
+        ),
+    ]:
+        rules.add_argument(flag, dest=dest, metavar=metavar, action="append", default=[], help=text)
+    rules.add_argument(
+        "--strict-dtype",
+        action="store_true",
+        help="any dtype cast fails the load (by default only incompatible casts do: float into "
+        "int, ...)",
+    )
+    rules.add_argument(
+        "--probe",
+        action="store_true",
+        help="report the pooling probe's verdicts for a model that is not a pooling one (a "
+        "pooling model always gets them)",
+    )
     return parser
 
 
+_REPEATED = ("model_args", "skip_prefixes", "ignore_unexpected_prefixes",
+             "ignore_unexpected_suffixes", "allow_missing")  # fmt: skip
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    for name in _REPEATED:  # hashable, comparable values for the report's rules
+        setattr(args, name, tuple(getattr(args, name)))
+    if args.tp is not None and args.model is None:
+        parser.error("argument --tp: needs --model (what a rank holds depends on its layers)")
+    return args
+
+
 def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
-    """``inspect``'s arguments (``argv`` without the command), as ``main`` parses them."""
-    return build_parser().parse_args(["inspect", *argv])
+    """``inspect``'s arguments (``argv`` without the command), as ``main`` parses them.
+
+    >>> parse_inspect(["ck", "--allow-missing", "a.*", "--model-arg", "n=2"]).model_args
+    (('n', 2),)
+    """
+    return _parse(build_parser(), ["inspect", *argv])
 
 
 def _fail(message: str, status: int, as_json: bool) -> int:
@@ -141,10 +243,28 @@ def _fail(message: str, status: int, as_json: bool) -> int:
 def inspect_command(args: argparse.Namespace) -> int:
     from loadkit.errors import LoadkitError
     from loadkit.inspection.inspector import inspect_checkpoint
+    from loadkit.inspection.options import LoadRules
 
+    rules = LoadRules(
+        args.skip_prefixes,
+        args.ignore_unexpected_prefixes,
+        args.ignore_unexpected_suffixes,
+        args.allow_missing,
+        args.strict_dtype,
+    )
+    if args.model is None and (args.model_args or rules != LoadRules() or args.probe):
+        return _fail("--model-arg, the load rules and --probe need a --model", EXIT_BAD_INPUT,
+                     args.json)  # fmt: skip
     try:
         report = inspect_checkpoint(
-            args.checkpoint, model=args.model, mapper=args.mapper, mapper_label="--mapper"
+            args.checkpoint,
+            model=args.model,
+            mapper=args.mapper,
+            mapper_label="--mapper",
+            tp=args.tp,
+            rules=rules,
+            model_args=dict(args.model_args),
+            probe=True if args.probe else None,
         )
         text = report.to_json() if args.json else report.render(limit=args.limit)
     except LoadkitError as exc:
@@ -161,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m loadkit`` with ``argv``; returns the exit status (never raises)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(build_parser(), argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:

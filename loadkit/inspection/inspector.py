@@ -21,15 +21,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
-from loadkit.errors import MapperConfigError, printable
+from loadkit.errors import LoadkitError, MapperConfigError, printable
 from loadkit.inspection.layout import LayoutNode, build_layout
+from loadkit.inspection.options import LoadRules
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.mapper import WeightsMapper
+    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
@@ -37,7 +41,7 @@ if TYPE_CHECKING:
 # For the same reason the records here are NamedTuples and plain classes, not dataclasses:
 # `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 # --- sections -----------------------------------------------------------------------------------
@@ -55,6 +59,12 @@ class CheckpointSummary(NamedTuple):
     tensors: list[TensorInfo]
     total_bytes: int
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
+    problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
+
+    @property
+    def failing(self) -> list[IndexProblem]:
+        """The problems that make the checkpoint inconsistent (not mere notes)."""
+        return [p for p in self.problems if p.fails]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +85,7 @@ class CheckpointSummary(NamedTuple):
                 }
                 for t in self.tensors
             ],
+            "problems": [p.as_dict() for p in self.problems],
         }
 
 
@@ -166,12 +177,16 @@ class InspectReport:
         model: ModelSummary | None = None,
         probe: dict[str, ProbeVerdict] | None = None,
         load: LoadReport | None = None,
+        tensor_parallel: TPReport | None = None,
+        fix: SuggestedFix | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
         self.model = model
         self.probe = probe
         self.load = load
+        self.tensor_parallel = tensor_parallel
+        self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
 
     def __repr__(self) -> str:
@@ -180,7 +195,7 @@ class InspectReport:
 
     def _layout(self, fold: bool) -> LayoutNode:
         if fold not in self._layouts:
-            items = ((t.name, t.nbytes, t.dtype) for t in self.checkpoint.tensors)
+            items = ((t.name, t.nbytes, t.dtype, t.shape) for t in self.checkpoint.tensors)
             self._layouts[fold] = build_layout(items, fold=fold)
         return self._layouts[fold]
 
@@ -197,12 +212,25 @@ class InspectReport:
     @property
     def clean(self) -> bool | None:
         """Would the checkpoint load cleanly into the model? ``None`` without a model."""
-        return None if self.load is None else self.load.clean
+        if self.load is None:
+            return None
+        return self.load.clean and not self.checkpoint.failing
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers are valid); 1: it would not."""
-        return 1 if self.clean is False else 0
+        """0: loads cleanly (or no model to load into: the headers and index are consistent);
+        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
+        not hold it."""
+        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
+        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
+
+    def problems(self) -> list[str]:
+        """Short descriptions of what keeps the checkpoint from loading cleanly."""
+        out = []
+        if self.checkpoint.failing:
+            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
+        out += self.load.problems() if self.load is not None else []
+        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +241,8 @@ class InspectReport:
             "model": self.model.as_dict() if self.model else None,
             "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
+            "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
+            "suggested_fix": self.fix.as_dict() if self.fix else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
         }
@@ -235,7 +265,9 @@ class InspectReport:
 # --- building it ----------------------------------------------------------------------------------
 
 
-def summarize_checkpoint(ck: Checkpoint) -> CheckpointSummary:
+def summarize_checkpoint(
+    ck: Checkpoint, problems: list[IndexProblem] | None = None
+) -> CheckpointSummary:
     per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
     dtypes: dict[str, list[int]] = {}
     for t in ck.tensors.values():
@@ -251,6 +283,7 @@ def summarize_checkpoint(ck: Checkpoint) -> CheckpointSummary:
         list(ck.tensors.values()),
         ck.total_bytes,
         {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
+        list(problems or []),
     )
 
 
@@ -353,23 +386,54 @@ def inspect_checkpoint(
     model: str | nn.Module | Callable[..., nn.Module] | None = None,
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
     mapper_label: str = "given mapper",
+    rules: LoadRules | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    probe: bool | None = None,
+    suggest: bool = True,
+    tp: int | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
-    ``model``: a built-in name (``loadkit.models.registry.BUILTIN``), a
-    ``"package.module:callable"`` spec, a callable (called with no argument, or with the
-    checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the caller's is
-    left alone). ``mapper`` replaces the mapper the model loads with (the one its root
-    ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the pooling probe
-    reads). Bad input raises a ``loadkit.errors.LoadkitError``.
+    Args:
+        checkpoint: what to inspect; only headers are read.
+        model: a built-in name (``loadkit.models.registry.BUILTIN``), a
+            ``"package.module:callable"`` spec, a callable (called with no argument, or with the
+            checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
+            caller's is left alone).
+        mapper: replaces the mapper the model loads with (the one its root
+            ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the probe reads).
+        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+            (``allow_missing``, ``strict_dtype``).
+        model_args: keyword arguments for a callable ``model``.
+        probe: report the pooling probe; ``None``: only for a pooling model.
+        suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
+            what each would hold and what cannot work (``report.tensor_parallel``).
+
+    Returns:
+        The report; bad input raises a ``loadkit.errors.LoadkitError``.
+
+    Example:
+        >>> report = inspect_checkpoint("data/plamo2/untied.safetensors", model="plamo2")
+        >>> report.clean, report.exit_status, report.probe
+        (True, 0, None)
     """
-    ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
+    problems: list[IndexProblem] = []
+    if isinstance(checkpoint, Checkpoint):
+        ck = checkpoint
+    elif os.path.isdir(checkpoint):  # every index problem collected; the rest still read
+        ck, problems = open_lenient(checkpoint)
+    else:
+        ck = open_checkpoint(checkpoint)
     infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck))
+    report = InspectReport(summarize_checkpoint(ck, problems))
     user_mapper = None if mapper is None else parse_mapper(mapper)
+    names = [t.name for t in infos]
     if model is None:
+        if tp is not None:
+            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
         if user_mapper is not None:
-            report.mapper = mapper_report(user_mapper, [t.name for t in infos], mapper_label)
+            report.mapper = mapper_report(user_mapper, names, mapper_label)
         return report
 
     # Only now does torch come in (the registry imports it when it builds the model).
@@ -377,43 +441,70 @@ def inspect_checkpoint(
     from loadkit.models.registry import build_model
     from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors, checkpoint=ck.path)
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck.path)
     from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
         # for this (meta) model only. The dry load replaces the mapper its loader uses.
-        module.hf_to_vllm_mapper = user_mapper
+        setattr(module, "hf_to_vllm_mapper", user_mapper)  # noqa: B010 (an instance attribute)
     own_mapper = getattr(module, "hf_to_vllm_mapper", None)
     if not isinstance(own_mapper, WeightsMapper):
         own_mapper = None
     report.model = model_summary(module, spec)
-    params = {name for name, _ in module.named_parameters()}
-    keys = [(t.name, t.nbytes) for t in infos]
-    report.probe = {
-        b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
-    }
-    report.load, used = dry_load(
-        module, infos, mapper=own_mapper, replace_mapper=user_mapper is not None
+    if probe or (probe is None and report.model.pooling):
+        params = {name for name, _ in module.named_parameters()}
+        keys = [(t.name, t.nbytes) for t in infos]
+        report.probe = {
+            b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
+        }
+    rules = rules or LoadRules()
+    replace = user_mapper is not None
+    report.load, used, autoloader = dry_load(
+        module, infos, mapper=own_mapper, replace_mapper=replace, rules=rules
     )
-    names = [t.name for t in infos]
     cls = type(module).__name__
+    origins = getattr(module, "mapper_rule_origins", None)
     if user_mapper is not None:
         report.mapper = mapper_report(user_mapper, names, mapper_label)
-        if used is None:
+        if not autoloader:
             report.mapper.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
-    else:
-        origins = getattr(module, "mapper_rule_origins", None)
-        if used is not None:
-            source = (
-                f"{cls}.hf_to_vllm_mapper"
-                if used is own_mapper
-                else f"the mapper {cls}.load_weights loads with"
+    elif autoloader and used is not None:
+        source = (
+            f"{cls}.hf_to_vllm_mapper"
+            if used is own_mapper
+            else f"the mapper {cls}.load_weights loads with"
+        )
+        report.mapper = mapper_report(used, names, source, origins)
+    elif own_mapper is not None:
+        report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper", origins)
+    if rules.for_loader and not autoloader:
+        report.load.notes.append(
+            f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
+            "skip and ignore rules given were not applied"
+        )
+    if suggest and not report.load.clean and autoloader:
+        from loadkit.inspection.fix import suggest_fix
+
+        def retry(with_mapper: WeightsMapper) -> LoadReport:
+            return dry_load(
+                module, infos, mapper=with_mapper, replace_mapper=True, rules=rules
+            ).report
+
+        report.fix = suggest_fix(report.load, used, retry)
+    if tp is not None:
+        from torch import nn as _nn
+
+        from loadkit.parallel.plan import tp_report
+
+        if isinstance(model, _nn.Module):
+            raise LoadkitError(
+                "tp needs a model name, spec or callable: a built module cannot be rebuilt "
+                "for each rank's share"
             )
-            report.mapper = mapper_report(used, names, source, origins)
-        elif own_mapper is not None:
-            report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper", origins)
+        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck.path)[0]  # noqa: E731
+        report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report

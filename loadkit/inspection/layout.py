@@ -4,7 +4,9 @@ Checkpoint names are dotted paths (``model.layers.3.self_attn.q_proj.weight``); 
 them at the dots so a layout reads like the module tree it was saved from. Folding merges
 numbered siblings (``layers.0`` ... ``layers.27``) into one node ``layers.{0-27}`` with the sums
 of all of them: a 2000-name checkpoint then reads in a screenful, and a gap (``{0-4,6-27}``) or a
-count that is not a multiple of the instances shows a missing layer or tensor at a glance.
+count that is not a multiple of the instances shows a missing layer or tensor at a glance. Each
+tensor node of a folded tree knows its siblings: the shape most of them have, the ones that differ
+(``[8, 16] in encoder.layer.3``) and the instances that lack it (``missing in encoder.layer.4``).
 
 Torch-free and built in one pass over the names (counts are summed bottom-up afterwards): the
 header-only inspector builds it for checkpoints of any size. Any name fits: a name of more than
@@ -41,15 +43,22 @@ class LayoutNode:
 
     __slots__ = (
         "_indices",
+        "_universe",
+        "_where",
         "children",
         "dtypes",
         "instances",
         "is_tensor",
+        "missing_in",
         "name",
         "nbytes",
+        "of",
+        "only_in",
         "own",
         "path",
+        "shape",
         "tensors",
+        "variants",
     )
 
     def __init__(self, name: str, path: str = "") -> None:
@@ -62,7 +71,14 @@ class LayoutNode:
         self.is_tensor = False  # a tensor's name ends exactly here
         self.instances = 1  # how many numbered siblings a folded node stands for
         self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
+        self.shape: tuple[int, ...] | None = None  # a tensor's shape (most instances' if folded)
+        self.variants: list[Variant] = []  # folded instances whose shape or dtype differ
+        self.missing_in: list[str] = []  # folded instances that lack this tensor
+        self.only_in: list[str] = []  # ... or, when most do, the few that have it
+        self.of = 0  # a folded tensor: the instances of its innermost fold
         self._indices: set[int] | None = None
+        self._universe: set[tuple[int, ...]] | None = None  # a folded node: instances below it
+        self._where: list[tuple[tuple[int, ...], tuple[int, ...] | None, str]] = []
 
     def __repr__(self) -> str:
         return (
@@ -97,7 +113,8 @@ class LayoutNode:
 
     def folded(self) -> LayoutNode:
         """The same tensors with numbered siblings merged (see the module docstring)."""
-        return build_layout(self.leaves(), fold=True)
+        shapes = {n.path: n.shape for n in self.walk() if n.own is not None}
+        return build_layout(((*t, shapes[t[0]]) for t in self.leaves()), fold=True)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -111,6 +128,15 @@ class LayoutNode:
             d["is_tensor"] = True
         if self.instances != 1:
             d["instances"] = self.instances
+        if self.shape is not None:
+            d["shape"] = list(self.shape)
+        if self.variants:
+            d["variants"] = [v.as_dict() for v in self.variants]
+        if self.missing_in:
+            d["missing_in"] = self.missing_in
+        if self.only_in:
+            d["only_in"] = self.only_in
+            d["of"] = self.of
         if self.children:
             d["children"] = [c.as_dict() for c in self.children.values()]
         return d
@@ -129,10 +155,65 @@ class LayoutNode:
             times = f" x{node.instances}" if node.instances > 1 else ""
             dt = ", ".join(f"{k} {v}" for k, v in sorted(node.dtypes.items()))
             unit = "tensor " if node.tensors == 1 else "tensors"
+            shape = f"  {node.shape_text()}" if node.is_tensor else ""
             lines.append(
                 f"{text}  {node.tensors:>6} {unit}{times:<5} {fmt_bytes(node.nbytes):>10}  {dt}"
+                + shape
             )
         return "\n".join(lines)
+
+    def shape_text(self) -> str:
+        """``[16, 8]``; for a folded tensor also the instances that differ or lack it."""
+        parts = [_shape(self.shape)] if self.shape is not None or not self.variants else []
+        parts += [v.text() for v in self.variants]
+        if self.missing_in:
+            have = self.tensors
+            parts.append(
+                f"{have} of {have + len(self.missing_in)}: missing in {_places(self.missing_in)}"
+            )
+        if self.only_in:
+            parts.append(f"{self.tensors} of {self.of}: only in {_places(self.only_in)}")
+        return "; ".join(p for p in parts if p)
+
+    def odd_ones(self) -> Iterator[LayoutNode]:
+        """Folded tensor nodes whose instances differ in shape or dtype, or where one lacks it."""
+        for node in self.walk():
+            if node.variants or node.missing_in or node.only_in:
+                yield node
+
+
+class Variant:
+    """Folded instances of one tensor that differ from the others' shape or dtype."""
+
+    __slots__ = ("dtype", "places", "shape", "usual")
+
+    def __init__(
+        self, shape: tuple[int, ...] | None, dtype: str | None, places: list[str], usual: str
+    ) -> None:
+        self.shape = shape  # None: the same shape as the others
+        self.dtype = dtype  # None: the same dtype as the others
+        self.places = places
+        self.usual = usual  # what the others have, where this one differs ("[16, 8] F32")
+
+    def text(self, *, usual: bool = False) -> str:
+        what = " ".join(x for x in (_shape(self.shape), self.dtype or "") if x)
+        return f"{what} in {_places(self.places)}" + (f" (the others {self.usual})" * usual)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "in": self.places,
+        }
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "" if shape is None else str(list(shape))
+
+
+def _places(places: list[str], limit: int = 4) -> str:
+    shown = ", ".join(places[:limit])
+    return shown + (f" (and {len(places) - limit} more)" if len(places) > limit else "")
 
 
 def _rows(
@@ -184,17 +265,19 @@ def _ranges(indices: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def build_layout(items: Iterable[tuple[str, int, str]], *, fold: bool = False) -> LayoutNode:
-    """The tree of ``(name, nbytes, dtype)`` triples, children in the order names first appear.
+def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> LayoutNode:
+    """The tree of ``(name, nbytes, dtype)`` or ``(name, nbytes, dtype, shape)`` items, children
+    in the order names first appear.
 
     ``fold=True`` merges numbered siblings as it builds (see the module docstring).
     """
     root = LayoutNode("")
-    own: list[tuple[LayoutNode, int, str]] = []
-    for name, nbytes, dtype in items:
+    own: list[tuple[LayoutNode, int, str, tuple[int, ...] | None, list[int], list[LayoutNode]]] = []
+    for name, nbytes, dtype, *rest in items:
         node = root
-        parts = name.split(".", MAX_DEPTH - 1)
-        for part in parts:
+        index: list[int] = []  # the numbers folded on the way down
+        folds: list[LayoutNode] = []  # the folded nodes they were folded into
+        for part in name.split(".", MAX_DEPTH - 1):
             numbered = fold and part.isdigit() and part.isascii() and len(part) <= _MAX_INDEX_DIGITS
             key = _NUMBERED if numbered else part
             child = node.children.get(key)
@@ -202,19 +285,71 @@ def build_layout(items: Iterable[tuple[str, int, str]], *, fold: bool = False) -
                 child = node.children[key] = LayoutNode("" if numbered else part)
                 if numbered:
                     child._indices = set()
+                    child._universe = set()
             if numbered:
                 child._indices.add(int(part))  # type: ignore[union-attr]
+                index.append(int(part))
+                folds.append(child)
             node = child
         node.is_tensor = True
-        own.append((node, nbytes, dtype))
-    for node, nbytes, dtype in own:  # each tensor counts at its own node ...
+        shape = tuple(rest[0]) if rest and rest[0] is not None else None
+        own.append((node, nbytes, dtype, shape, index, folds))
+    for node, nbytes, dtype, shape, index, folds in own:  # each tensor counts at its node ...
         node.tensors += 1
         node.nbytes += nbytes
         node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
         count, total, _ = node.own or (0, 0, dtype)
         node.own = (count + 1, total + nbytes, dtype)
+        node._where.append((tuple(index), shape, dtype))
+        for depth, folded in enumerate(folds, 1):
+            folded._universe.add(tuple(index[:depth]))  # type: ignore[union-attr]
     _finish(root, "", root=True)  # ... and is summed into every node above it here
+    for node, *_, folds in own:
+        if node._where:
+            _describe(node, folds)
     return root
+
+
+def _describe(node: LayoutNode, folds: list[LayoutNode]) -> None:
+    """Set a tensor node's shape, and for a folded one the instances that differ or lack it."""
+    where, node._where = node._where, []
+    counts: dict[tuple[tuple[int, ...] | None, str], int] = {}
+    for _, shape, dtype in where:
+        counts[(shape, dtype)] = counts.get((shape, dtype), 0) + 1
+    shape, dtype = max(counts, key=lambda k: counts[k])  # the first most common (dicts keep order)
+    node.shape = shape
+    if not folds:
+        return
+    odd: dict[tuple[tuple[int, ...] | None, str], list[str]] = {}
+    for index, s, d in where:
+        if (s, d) != (shape, dtype):
+            odd.setdefault((s, d), []).append(_place(folds, index))
+    node.variants = []
+    for (s, d), places in odd.items():
+        usual = [_shape(shape)] if s != shape else []
+        usual += [dtype] if d != dtype else []
+        node.variants.append(
+            Variant(s if s != shape else None, d if d != dtype else None, places, " ".join(usual))
+        )
+    present = {index for index, _, _ in where}
+    universe = folds[-1]._universe or set()
+    node.of = len(universe)
+    # Name the smaller side, so the work stays linear in the tensors: the few instances that
+    # lack the tensor, or (for a tensor most lack, like one extra key per layer) the few that
+    # have it.
+    if 2 * len(present) >= len(universe):
+        node.missing_in = [_place(folds, index) for index in sorted(universe - present)]
+    else:
+        node.only_in = [_place(folds, index) for index in sorted(present)]
+
+
+def _place(folds: list[LayoutNode], index: tuple[int, ...]) -> str:
+    """The instance ``index`` of the innermost folded node, spelled out: ``layers.3``."""
+    parts = folds[-1].path.split(".")
+    positions = [len(f.path.split(".")) - 1 for f in folds]
+    for pos, i in zip(positions, index, strict=False):
+        parts[pos] = str(i)
+    return ".".join(parts)
 
 
 def _finish(node: LayoutNode, path: str, root: bool = False) -> None:

@@ -6,8 +6,11 @@ a report can be rendered and serialised anywhere. Imported only when a model is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from loadkit.inspection.options import LoadRules
 
 # Fates of a checkpoint key in a simulated load; the first five are the ledger's own words.
 LOADED = "loaded"
@@ -30,6 +33,7 @@ class ModelSummary:
     parameters: int  # parameters and persistent buffers, tied names counted once
     nbytes: int
     has_own_load_weights: bool
+    pooling: bool = False  # a pooling model (``is_pooling_model``): its loader probes a prefix
     # What a model built from a config says about itself (``--model hf``: the wrapper, the
     # transformers class, why that wrapper); ``None`` for other models.
     backend: dict[str, Any] | None = None
@@ -41,6 +45,7 @@ class ModelSummary:
             "tensors": self.parameters,
             "bytes": self.nbytes,
             "own_load_weights": self.has_own_load_weights,
+            "pooling": self.pooling,
             "backend": self.backend,
         }
 
@@ -63,6 +68,8 @@ class Unexpected:
     looked_up: str  # the name the model was asked for (mapped, possibly re-prefixed)
     message: str
     suggestions: list[str] = field(default_factory=list)  # nearest model tensors
+    shape: tuple[int, ...] | None = None  # the checkpoint tensor's
+    dtype: str | None = None
 
 
 @dataclass
@@ -71,6 +78,11 @@ class Missing:
     shape: tuple[int, ...]
     dtype: str
     suggestions: list[str] = field(default_factory=list)  # nearest unused checkpoint keys
+    allowed: str | None = None  # the --allow-missing pattern that lets it stay unfilled
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclass
@@ -92,6 +104,25 @@ class DtypeCast:
 
 
 @dataclass
+class CastGroup:
+    """Every cast from one dtype into another: one line of the dtype summary."""
+
+    from_dtype: str
+    to_dtype: str
+    incompatible: bool
+    keys: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "from_dtype": self.from_dtype,
+            "to_dtype": self.to_dtype,
+            "tensors": len(self.keys),
+            "incompatible": self.incompatible,
+            "keys": self.keys,
+        }
+
+
+@dataclass
 class LoadReport:
     keys: list[KeyOutcome]
     missing: list[Missing]
@@ -104,6 +135,28 @@ class LoadReport:
     runs: int  # simulated passes (one more per name that stopped a pass)
     complete: bool = True  # False: too many failing names, the rest was not simulated
     failure: str | None = None  # the load raised with no key to blame (after the last weight)
+    notes: list[str] = field(default_factory=list)  # searches that were shortened, and why
+    rules: LoadRules = field(default_factory=LoadRules)  # --allow-missing, --strict-dtype, ...
+
+    @property
+    def failing_missing(self) -> list[Missing]:
+        """Missing tensors that no ``allow_missing`` pattern allows."""
+        return [m for m in self.missing if m.allowed is None]
+
+    @property
+    def failing_casts(self) -> list[DtypeCast]:
+        """Casts that fail the load: incompatible ones, or all with ``strict_dtype``."""
+        return [d for d in self.dtype_casts if d.incompatible or self.rules.strict_dtype]
+
+    def cast_groups(self) -> list[CastGroup]:
+        """The casts grouped by (from, to), largest group first."""
+        groups: dict[tuple[str, str], CastGroup] = {}
+        for d in self.dtype_casts:
+            g = groups.setdefault(
+                (d.from_dtype, d.to_dtype), CastGroup(d.from_dtype, d.to_dtype, d.incompatible)
+            )
+            g.keys.append(d.name)
+        return sorted(groups.values(), key=lambda g: (-len(g.keys), g.from_dtype, g.to_dtype))
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(KEY_STATUSES, 0)
@@ -117,18 +170,20 @@ class LoadReport:
             self.complete
             and self.failure is None
             and all(k.status in CLEAN_STATUSES for k in self.keys)
-            and not self.missing
-            and not any(c.incompatible for c in self.dtype_casts)
+            and not self.failing_missing
+            and not self.failing_casts
         )
 
     def problems(self) -> list[str]:
         c = self.counts()
         out = [f"{c[s]} {s}" for s in (UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR, UNCONSUMED) if c[s]]
-        if self.missing:
-            out.append(f"{len(self.missing)} model tensor(s) never filled")
+        if self.failing_missing:
+            out.append(f"{len(self.failing_missing)} model tensor(s) never filled")
         bad = sum(d.incompatible for d in self.dtype_casts)
         if bad:
             out.append(f"{bad} incompatible dtype cast(s)")
+        if self.rules.strict_dtype and len(self.dtype_casts) > bad:
+            out.append(f"{len(self.dtype_casts) - bad} dtype cast(s) (--strict-dtype)")
         if not self.complete:
             out.append("simulation stopped early")
         if self.failure is not None:
@@ -145,10 +200,14 @@ class LoadReport:
                     "tensors": self.model_tensors,
                     "filled": self.filled,
                     "missing": len(self.missing),
+                    "missing_allowed": len(self.missing) - len(self.failing_missing),
                 },
             },
             "keys": [_drop_none(vars(k)) for k in self.keys],
-            "unexpected": [vars(u) for u in self.unexpected],
+            "unexpected": [
+                {**vars(u), "shape": None if u.shape is None else list(u.shape)}
+                for u in self.unexpected
+            ],
             "missing": [{**vars(m), "shape": list(m.shape)} for m in self.missing],
             "shape_mismatches": [
                 {
@@ -159,10 +218,13 @@ class LoadReport:
                 for s in self.shape_mismatches
             ],
             "dtype_casts": [vars(d) for d in self.dtype_casts],
+            "dtype_summary": [g.as_dict() for g in self.cast_groups()],
             "errors": [_drop_none(vars(e)) for e in self.errors],
             "runs": self.runs,
             "complete": self.complete,
             "failure": self.failure,
+            "notes": self.notes,
+            "rules": self.rules.as_dict(),
         }
 
 

@@ -9,10 +9,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import printable
+from loadkit.inspection.casts import kind
 from loadkit.inspection.layout import fmt_bytes
 
 if TYPE_CHECKING:
+    from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.inspector import InspectReport, LoadReport
+    from loadkit.inspection.layout import LayoutNode
     from loadkit.pooling.probe import ProbeVerdict
 
 
@@ -44,6 +47,15 @@ def _checkpoint(r: InspectReport) -> list[str]:
             f"    {name.ljust(width)}  {s.tensors:>6} tensors  {fmt_bytes(s.nbytes):>10}"
             for name, s in zip(names, c.files, strict=True)
         ]
+    if c.problems:
+        failing = len(c.failing)
+        lines.append(
+            f"  index problems ({failing})" + (": none" if not failing else "")
+            + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
+        )
+        for p in c.problems:
+            what = f"'{printable(p.key)}': " if p.key else ""
+            lines.append(f"    {p.kind}: {what}{printable(p.message)}")
     return lines
 
 
@@ -62,7 +74,7 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         keys = "key" if use.fired == 1 else "keys"
         lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
         if use.origin:
-            lines.append(f"           {use.origin}")
+            lines.append(f"           {printable(use.origin)}")
         if use.example:
             before, after = (printable(str(x)) for x in use.example)
             lines.append(f"           e.g. {before} -> {after}")
@@ -80,7 +92,7 @@ def _backend(b: dict[str, Any]) -> list[str]:
         f"{b.get('transformers_class')} (model_type {b.get('model_type')!r}) as self.model",
     ]
     if b.get("config"):
-        lines.append(f"  config  {b['config']}")
+        lines.append(f"  config  {printable(str(b['config']))}")
     if b.get("wrapper_reason"):
         lines.append(f"  wrapper {b.get('wrapper')}: {b['wrapper_reason']}")
     skips = [f"skip_prefixes {b['skip_prefixes']}"] if b.get("skip_prefixes") else []
@@ -99,42 +111,111 @@ def _verdict(v: ProbeVerdict) -> str:
     return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
 
 
-def _load(load: LoadReport, root: str, limit: int) -> list[str]:
+def _fix(fix: SuggestedFix, limit: int) -> list[str]:
+    n = len(fix.suggestions)
+    these = "this rule" if n == 1 else "these rules"
+    lines = [
+        f"suggested fix  ({n} mapper rule{'s' if n != 1 else ''} explain{'s' if n == 1 else ''} "
+        f"{fix.explains} renamed key{'s' if fix.explains != 1 else ''}; the load was simulated "
+        f"again with {these})"
+    ]
+    for s in fix.suggestions[:limit]:
+        key, tensor = s.pairs[0]
+        lines.append(
+            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {len(s.pairs)} keys, "
+            f"e.g. {printable(key)} -> {printable(tensor)}"
+        )
+    lines.append(f"  {fix.flag}")
+    if not fix.complete:
+        lines.append(
+            "  (the model's own mapper has rules JSON cannot hold: add these rules to it; "
+            "the flag alone would replace it)"
+        )
+    if fix.result.clean:
+        lines.append(f"  would load cleanly with {these}")
+    else:
+        lines.append(
+            f"  with {these} it would still NOT load: {_problems(fix.result.problems())}"
+        )
+    return lines
+
+
+def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
+    rows = []
+    for g in load.cast_groups():
+        n = len(g.keys)
+        verdict = ""
+        if g.incompatible:
+            verdict = "  INCOMPATIBLE"
+        elif load.rules.strict_dtype:
+            verdict = "  fails (--strict-dtype)"
+        notes = []
+        if kind(g.from_dtype) == "int" and kind(g.to_dtype) == "float":
+            notes.append("integers into a float parameter")
+        if majority is not None and g.from_dtype != majority:
+            notes.append(f"unlike the checkpoint's {majority} tensors")
+        note = f"  ({'; '.join(notes)})" if notes else ""
+        shown = _names(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
+        noun = "tensor " if n == 1 else "tensors"
+        rows.append(
+            f"    {n:>5} {noun} {g.from_dtype} -> {g.to_dtype}{verdict}{note}\n"
+            f"            {shown}"
+        )
+    return rows
+
+
+def _load(
+    load: LoadReport, root: str, limit: int, fix: SuggestedFix | None, majority: str | None
+) -> list[str]:
     c = load.counts()
     passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
+    allowed = len(load.missing) - len(load.failing_missing)
     lines = [
         f"load  (simulated on the meta device, {passes})",
         f"  checkpoint {len(load.keys)} keys: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
-        f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing",
+        f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing"
+        + (f" ({allowed} allowed by --allow-missing)" if allowed else ""),
     ]
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
     if load.failure:
         lines.append(f"  load failed: {printable(load.failure)}")
+    explained = fix.explained_keys() if fix else {}
+    by_fix = {tensor for s in fix.suggestions for _, tensor in s.pairs} if fix else set()
 
-    def section(title: str, rows: list[str], total: int) -> None:
-        lines.append(f"  {title} ({total})" + ("" if total else ": none"))
+    def section(title: str, rows: list[str], total: int, fixed: int = 0) -> None:
+        head = f"  {title} ({total})" + ("" if total else ": none")
+        if fixed:
+            head += f": {fixed} explained by the suggested fix, above"
+            head += "" if fixed == total else "; the others:"
+        lines.append(head)
         lines.extend(_capped(rows, len(rows), limit))
 
+    unexpected = [u for u in load.unexpected if not (fix and u.looked_up in explained)]
     section(
         "unexpected names",
         [
             f"    {printable(u.name)}"
+            + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
             + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
             + (f"\n      nearest: {_names(u.suggestions)}" if u.suggestions else "")
             + f"\n      {printable(u.message)}"
-            for u in load.unexpected
+            for u in unexpected
         ],
         len(load.unexpected),
+        len(load.unexpected) - len(unexpected),
     )
+    missing = [m for m in load.missing if m.name not in by_fix]
     section(
         "missing: model tensors never filled",
         [
             f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
-            + (f"\n      nearest unused keys: {_names(m.suggestions)}" if m.suggestions else "")
-            for m in load.missing
+            + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
+            + (f"\n      renamed? unused key: {_names(m.suggestions)}" if m.suggestions else "")
+            for m in missing
         ],
         len(load.missing),
+        len(load.missing) - len(missing),
     )
     section(
         "shape mismatches",
@@ -146,15 +227,7 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
         ],
         len(load.shape_mismatches),
     )
-    section(
-        "dtype casts",
-        [
-            f"    {printable(d.name)} -> {printable(d.param)}: {d.from_dtype} -> {d.to_dtype}"
-            + ("  INCOMPATIBLE" if d.incompatible else "")
-            for d in load.dtype_casts
-        ],
-        len(load.dtype_casts),
-    )
+    section("dtype casts, by (from, to)", _cast_rows(load, majority), len(load.dtype_casts))
     if load.errors:
         section(
             "load errors",
@@ -176,12 +249,21 @@ def _load(load: LoadReport, root: str, limit: int) -> list[str]:
             shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
             rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
         section("other keys, not loaded", rows, total)
+    lines += [f"  note: {printable(n)}" for n in load.notes]
     return lines
 
 
 def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = None) -> str:
-    lines = _checkpoint(r)
+    lines: list[str] = []
+    if r.fix is not None:  # the answer first: the rule that fixes the load
+        lines += [*_fix(r.fix, limit), ""]
+    lines += _checkpoint(r)
     lines += ["", "layout  (numbered siblings folded into {a-b})"]
+    odd = list(r.folded_layout.odd_ones())
+    if odd:
+        lines.append(f"  folded siblings that differ ({len(odd)}):")
+        rows = [f"    {printable(n.path)}: {_odd(n)}" for n in odd]
+        lines += _capped(rows, len(rows), limit)
     tree = r.folded_layout.render(max_depth=max_depth)
     lines += ["  " + row for row in tree.splitlines()]
     if r.mapper is not None:
@@ -203,14 +285,46 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         ]
         lines += [f"  {b:<4} {_verdict(v)}" for b, v in r.probe.items()]
     if r.load is not None and r.model is not None:
-        lines += ["", *_load(r.load, r.model.cls, limit)]
+        dtypes = r.checkpoint.dtypes
+        major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
+        majority = _torch_name(major) if major else None
+        lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
+    tp = r.tensor_parallel
+    if tp is not None:
+        lines += ["", *(printable(line) for line in tp.render(limit))]
     lines.append("")
-    if r.clean is None:
+    tp_problems = tp.problems() if tp is not None else []
+    if r.clean is None and r.checkpoint.failing:
+        lines.append(
+            f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
+            "given, so names were not matched (exit 1)"
+        )
+    elif r.clean is None:
         lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
-    elif r.clean:
-        lines.append("verdict: would load cleanly (exit 0)")
+    elif r.clean and not tp_problems:
+        where = f" on each of {tp.tp} ranks" if tp is not None else ""
+        lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
-        assert r.load is not None
-        problems = "; ".join(printable(p) for p in r.load.problems())
-        lines.append(f"verdict: would NOT load: {problems} (exit 1)")
+        lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
+        if r.fix is not None and r.fix.result.clean:
+            lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)
+
+
+def _odd(node: LayoutNode) -> str:
+    parts = [v.text(usual=True) for v in node.variants]
+    if node.missing_in:
+        parts.append(f"missing in {_names(node.missing_in)}")
+    if node.only_in:
+        parts.append(f"only in {_names(node.only_in)} (of {node.of})")
+    return "; ".join(parts)
+
+
+def _problems(problems: list[str]) -> str:
+    return "; ".join(printable(p) for p in problems)
+
+
+def _torch_name(safetensors_dtype: str) -> str:
+    from loadkit.checkpoint.reader import DTYPES
+
+    return DTYPES[safetensors_dtype][0] if safetensors_dtype in DTYPES else safetensors_dtype

@@ -25,10 +25,12 @@ from loadkit.loading.ledger import (
     LOADED,
     MAPPER_DROPPED,
     SKIPPED,
+    UNEXPECTED,
     CheckpointEntry,
     LoadLedger,
     remember,
 )
+from loadkit.loading.observe import LoadObserver
 from loadkit.loading.weight_loaders import load_param, weight_source
 from loadkit.mapper import WeightsMapper
 
@@ -63,8 +65,10 @@ class AutoWeightsLoader:
         skip_substrs: list[str] | None = None,
         ignore_unexpected_prefixes: list[str] | None = None,
         ignore_unexpected_suffixes: list[str] | None = None,
+        observer: LoadObserver | None = None,
     ) -> None:
         self.module = module
+        self.observer = observer  # None: the scope's (loadkit.loading.observe.observing)
         # Copies: upstream extends the caller's lists in place, which leaks rules between models.
         self.skip_prefixes = list(skip_prefixes or [])
         self.skip_substrs = list(skip_substrs or []) + list(ROTARY_EMBEDS_UNUSED_WEIGHTS)
@@ -144,6 +148,18 @@ class AutoWeightsLoader:
                 yield name
         yield from (self.ledger.params if self.ledger else ())
 
+    def _unexpected(self, qual: str, entries: list[CheckpointEntry], reason: str) -> bool:
+        """Ask the observer whether ``qual`` may be recorded instead of raised (a dry load)."""
+        ledger = self.ledger
+        observer = ledger.observer if ledger is not None else None
+        if observer is None or ledger is None or not observer.unexpected(
+            ledger, qual, entries, reason
+        ):
+            return False
+        for entry in entries:
+            entry.status, entry.rule = UNEXPECTED, reason
+        return True
+
     def _delegate(self, prefix: str, items: Iterable[Item]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor, entry in items:
             entry.status, entry.target = DELEGATED, prefix
@@ -175,6 +191,9 @@ class AutoWeightsLoader:
                 rule = self._ignore_rule(qual)
                 if rule:
                     entry.status, entry.rule = IGNORED, rule
+                    continue
+                reason = f"nested under the parameter '{prefix}'"
+                if self._unexpected(qual, [entry], reason):
                     continue
                 raise NestedWeightError(qual, prefix, weight_source(entry.name, tensor))
             load_param(param, tensor, name=prefix, source=weight_source(entry.name, tensor))
@@ -230,6 +249,11 @@ class AutoWeightsLoader:
                     self._mark(group, IGNORED, rule)
                     continue
                 _, tensor, entry = next(group)
+                if self.ledger.observer is not None:  # a dry load: record the group, go on
+                    root = type(self.module).__name__
+                    reason = f"no module or parameter named '{qual}' in {root}"
+                    if self._unexpected(qual, [entry, *(e for _, _, e in group)], reason):
+                        continue
                 raise UnknownNameError(
                     qual,
                     type(self.module).__name__,
@@ -243,7 +267,13 @@ class AutoWeightsLoader:
         *,
         mapper: WeightsMapper | None = None,
     ) -> set[str]:
-        """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest."""
-        self.ledger = LoadLedger(self.module)
+        """Load ``weights``; return the qualified names loaded. ``self.ledger`` tells the rest.
+
+        Inside ``loadkit.loading.observe.observing(obs)`` (or with ``observer=obs``), ``obs`` sees
+        the ledger, may replace ``mapper``, and may take unknown names instead of an error.
+        """
+        self.ledger = LoadLedger(self.module, self.observer)
         remember(self.module, self.ledger)
+        if self.ledger.observer is not None:
+            mapper = self.ledger.observer.loading(self, mapper)
         return set(self._load_module("", self.module, self._entries(weights, mapper)))

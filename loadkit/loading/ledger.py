@@ -7,12 +7,13 @@ each model parameter or persistent buffer in exactly one of ``PARAM_STATUSES``.
 
 from __future__ import annotations
 
-import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from loadkit.loading.observe import LoadObserver, current_observer
 
 LOADED = "loaded"
 SKIPPED = "skipped"
@@ -20,7 +21,8 @@ IGNORED = "ignored"
 MAPPER_DROPPED = "dropped by mapper"
 DELEGATED = "delegated"
 UNCONSUMED = "unconsumed"  # pulled by nobody: the load stopped before it (an error)
-ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED)
+UNEXPECTED = "unexpected"  # not in the model, recorded by an observer instead of raised
+ENTRY_STATUSES = (LOADED, SKIPPED, IGNORED, MAPPER_DROPPED, DELEGATED, UNCONSUMED, UNEXPECTED)
 
 NOT_LOADED = "never loaded"
 PARAM_STATUSES = (LOADED, NOT_LOADED)
@@ -93,17 +95,24 @@ def model_tensors(module: torch.nn.Module) -> dict[str, ParamEntry]:
 class LoadLedger:
     """Both sides of one load: ``entries`` (checkpoint, in order) and ``params`` (model)."""
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, module: torch.nn.Module, observer: LoadObserver | None = None) -> None:
         self.root = type(module).__name__
         self.entries: list[CheckpointEntry] = []
         self.params: dict[str, ParamEntry] = model_tensors(module)
         self._alias_of = {a: p.name for p in self.params.values() for a in p.aliases}
+        # The scope's observer (loadkit.loading.observe) when none is given: models build their
+        # loaders themselves, so an observer cannot be handed to them.
+        self.observer = observer if observer is not None else current_observer()
+        if self.observer is not None:
+            self.observer.opened(self, module)
 
     # --- recording (AutoWeightsLoader calls these) ----------------------------------------------
 
     def add(self, name: str, tensor: Any) -> CheckpointEntry:
         entry = CheckpointEntry(len(self.entries), name, tuple(getattr(tensor, "shape", ())))
         self.entries.append(entry)
+        if self.observer is not None:
+            self.observer.took(self, entry, tensor)
         return entry
 
     def param_loaded(self, qualname: str, source: str | None = None, via: str | None = None):
@@ -200,17 +209,26 @@ class LoadLedger:
         return f"<LoadLedger {self.root} checkpoint={c['checkpoint']} model={c['model']}>"
 
 
-_LAST: weakref.WeakKeyDictionary[torch.nn.Module, LoadLedger] = weakref.WeakKeyDictionary()
+_ATTR = "_loadkit_ledger"
 
 
 def remember(module: torch.nn.Module, ledger: LoadLedger) -> None:
-    _LAST[module] = ledger
+    """Keep ``ledger`` on ``module`` itself (as the pooling adapter keeps ``probe_record``)."""
+    object.__setattr__(module, _ATTR, ledger)  # plain attribute: no nn.Module registration
 
 
 def ledger_of(module: torch.nn.Module) -> LoadLedger | None:
     """The ledger of the last ``AutoWeightsLoader`` load rooted at ``module``.
 
-    Models build their ``AutoWeightsLoader`` inside ``load_weights`` and drop it; this keeps the
-    ledger reachable from the model itself.
+    Models build their ``AutoWeightsLoader`` inside ``load_weights`` and drop it; the ledger stays
+    reachable from the model itself.
+
+    Example:
+        >>> import torch
+        >>> from loadkit import AutoWeightsLoader
+        >>> model = torch.nn.Linear(2, 2)
+        >>> _ = AutoWeightsLoader(model).load_weights([("bias", torch.zeros(2))])
+        >>> ledger_of(model).never_loaded
+        ['weight']
     """
-    return _LAST.get(module)
+    return module.__dict__.get(_ATTR)

@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "gemma4-like": "loadkit.models.gemma4:Gemma4ForConditionalGeneration",
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
+    "llama-like": "loadkit.models.llama:LlamaForCausalLM",
 }
 
 
@@ -101,8 +102,9 @@ def _attr(obj: Any, dotted: str, spec: str) -> Any:
     return obj
 
 
-def _wants_tensors(fn: Callable[..., Any]) -> bool:
-    """Does ``fn`` take a required positional argument (the checkpoint's tensors)?"""
+def _wants_tensors(fn: Callable[..., Any], given: Mapping[str, Any] | None = None) -> bool:
+    """Does ``fn`` take a required positional argument (the checkpoint's tensors) besides the
+    keyword arguments ``given``?"""
     import inspect
 
     try:
@@ -110,9 +112,37 @@ def _wants_tensors(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return any(
-        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        p.default is p.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.name not in (given or {})
         for p in sig.parameters.values()
     )
+
+
+def _check_args(fn: Callable[..., Any], kwargs: Mapping[str, Any], label: str) -> None:
+    """Fail before the build when ``fn`` cannot take the ``--model-arg`` names."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    params = sig.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in names:
+            takes = ", ".join(names) or "no keyword arguments"
+            raise ModelSpecError(
+                f"--model-arg {key}=...: {label} takes no argument {key!r} (it takes: {takes})"
+            )
+
+
+def _call(
+    fn: Callable[..., Any], tensors: Mapping[str, TensorInfo], kwargs: Mapping[str, Any]
+) -> Any:
+    return fn(tensors, **kwargs) if _wants_tensors(fn, kwargs) else fn(**kwargs)
 
 
 # Initialisers that fill a parameter with values. On meta there are no values to fill, and
@@ -195,27 +225,42 @@ def build_builtin(name: str, tensors: Mapping[str, TensorInfo]) -> nn.Module:
 def build_model(
     spec: str | nn.Module | Callable[..., nn.Module],
     tensors: Mapping[str, TensorInfo],
+    model_args: Mapping[str, Any] | None = None,
     *,
     checkpoint: str | None = None,
 ) -> tuple[nn.Module, str]:
     """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
     to ``checkpoint`` or at the spec's path), a ``module:callable`` spec, a callable or a module.
-    A callable taking one argument gets the checkpoint's ``tensors`` to size itself."""
+    A callable taking one argument gets the checkpoint's ``tensors`` to size itself;
+    ``model_args`` are passed to a callable as keyword arguments (``--model-arg key=value``)."""
+    kwargs = dict(model_args or {})
     if not isinstance(spec, str):
         from torch import nn
 
-        if isinstance(spec, nn.Module):
+        if isinstance(spec, nn.Module) and not kwargs:
             from loadkit.inspection.simulate import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
-        if callable(spec):
+        if callable(spec) and not isinstance(spec, nn.Module):
             label = getattr(spec, "__qualname__", repr(spec))
             fn = spec
-            return _on_meta(lambda: fn(tensors) if _wants_tensors(fn) else fn(), label), label
+            _check_args(fn, kwargs, label)
+            return _on_meta(lambda: _call(fn, tensors, kwargs), label), label
+        if kwargs:
+            raise ModelSpecError("model arguments need a callable model, not a module")
         raise ModelSpecError(f"model must be a name, a spec, a callable or a module, not {spec!r}")
     if spec in BUILTIN:
+        if kwargs:
+            raise ModelSpecError(
+                f"--model {spec!r}: a built-in model is sized from the checkpoint and takes no "
+                "--model-arg"
+            )
         return build_builtin(spec, tensors), spec
     if spec.partition(":")[0] in FROM_CONFIG:
+        if kwargs:
+            raise ModelSpecError(
+                f"--model {spec!r}: a model built from a config.json takes no --model-arg"
+            )
         from loadkit.models.transformers.spec import build_from_source, read_hf_source
 
         source = read_hf_source(spec, checkpoint)  # the usual mistakes fail before torch loads
@@ -232,4 +277,5 @@ def build_model(
     fn = _attr(_import(module_name, spec), attr, spec)
     if not callable(fn):
         raise ModelSpecError(f"--model {spec!r}: {attr} is not callable")
-    return _on_meta(lambda: fn(tensors) if _wants_tensors(fn) else fn(), spec), spec
+    _check_args(fn, kwargs, spec)
+    return _on_meta(lambda: _call(fn, tensors, kwargs), spec), spec

@@ -52,6 +52,19 @@ CHART_STATE_JS = """
     }
     return [v];
   };
+  // A heatmap's z: rows of cells, as nested arrays or one typed array with a shape.
+  const grid = (z) => {
+    if (z === undefined || z === null) return [];
+    if (Array.isArray(z)) return z.map((row) => plain(row));
+    if (typeof z === 'object' && 'bdata' in z && z.shape) {
+      const flat = plain(z);
+      const cols = Number(String(z.shape).split(',')[1]);
+      const rows = [];
+      for (let i = 0; i < flat.length; i += cols) rows.push(flat.slice(i, i + cols));
+      return rows;
+    }
+    return [plain(z)];
+  };
   const title = el.layout && el.layout.title;
   return {
     title: (title && (typeof title === 'string' ? title : title.text)) || '',
@@ -61,7 +74,7 @@ CHART_STATE_JS = """
       mode: t.mode === undefined ? null : t.mode,
       x: plain(t.x),
       y: plain(t.y),
-      z: (t.z || []).map((row) => plain(row)),
+      z: grid(t.z),
     })),
   };
 }
@@ -189,6 +202,26 @@ class NotebookPage:
     def active_label(self) -> str | None:
         active = self.main_toggle().locator("button.widget-toggle-button.mod-active")
         return (active.first.text_content() or "").strip() if active.count() else None
+
+    def toggle_at(self, index: int) -> Any:
+        """The ``index``-th ToggleButtons in the page (0 is the main toggle)."""
+        toggle = self.page.locator(TOGGLES).nth(index)
+        toggle.wait_for(timeout=30_000)
+        toggle.scroll_into_view_if_needed()
+        return toggle
+
+    def click_toggle_at(self, index: int, label: str) -> None:
+        """Press ``label`` on the ``index``-th ToggleButtons and wait until it shows pressed."""
+        toggle = self.toggle_at(index)
+        toggle.get_by_role("button", name=label, exact=True).click()
+        active = "button.widget-toggle-button.mod-active"
+
+        def pressed() -> str | None:
+            found = toggle.locator(active)
+            return (found.first.text_content() or "").strip() if found.count() else None
+
+        self._wait(lambda: pressed() == label, 10, f"toggle {index} button {label!r} pressed",
+                   lambda: f"{pressed()!r} pressed")
 
     def click_toggle(self, label: str) -> None:
         button = self.main_toggle().get_by_role("button", name=label, exact=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -51,8 +52,12 @@ def test_the_two_behaviours_draw_different_charts():
 
 def test_click_order_reaches_every_option_by_a_change():
     assert click_order(["old", "new"]) == ["old", "new", "old"]
-    order = click_order(["old", "new", "moved-verbatim", "loose-match"])
-    assert order[-1] == "old" and set(order) == {"old", "new", "moved-verbatim", "loose-match"}
+    assert click_order(["old", "new"], "old") == ["new", "old", "new"]  # no click without change
+    order = click_order(["old", "new", "moved-verbatim", "loose-match"], "new")
+    assert order == ["moved-verbatim", "loose-match", "old", "new", "moved-verbatim"]
+    for active in (None, "old", "new"):
+        clicks = click_order(["old", "new", "x"], active)
+        assert clicks[0] != active and all(a != b for a, b in itertools.pairwise(clicks))
 
 
 NO_PLAYWRIGHT = """

@@ -35,6 +35,11 @@ BUG_NOTEBOOKS = {
         "deviation_figure",
     ),
     "03_layerwise_reload.ipynb": ("loadkit.demo.stories.reload", "main_records", "toggle_figure"),
+    "05_tensor_parallel.ipynb": (
+        "loadkit.demo.stories.tensor_parallel",
+        "main_records",
+        "rows_figure",
+    ),
 }
 MIN_WIDTH_SHARE = 0.95  # of the output area, for every chart
 
@@ -76,7 +81,7 @@ def run_in_page_and_toggle(
 def test_generated_notebook_toggle_drives_chart(open_notebook, lab, lab_root, tmp_path):
     name = write_toy_notebook(lab_root / "notebooks").name
     clicked = run_in_page_and_toggle(open_notebook, lab, name, toy_records(), tmp_path)
-    assert clicked == ["old", "new", "old"]
+    assert clicked == ["new", "old", "new"]  # from "old", where Run All leaves the toggle
 
 
 def test_unwired_copy_of_the_chart_fails_the_check(open_notebook, lab, lab_root, tmp_path):
@@ -99,3 +104,23 @@ def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
     build = getattr(story, build_fn)
     clicked = run_in_page_and_toggle(open_notebook, lab, name, records, tmp_path, build, rerun=True)
     assert set(clicked) == set(records) and len(clicked) == 2 * (len(records) + 1)
+
+
+def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
+    """Notebook 05's other toggles: tp (second) and bug (third) rebuild what the main one swaps
+    between; the row map after each pair of clicks is the story's for that bug and tp."""
+    name = "05_tensor_parallel.ipynb"
+    story = importlib.import_module(BUG_NOTEBOOKS[name][0])
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        for tp, bug in [("4", "kv-replication"), ("4", "gguf-rank"), ("1", "gguf-rank")]:
+            page.click_toggle_at(1, tp)
+            page.click_toggle_at(2, bug)
+            records = story.records(bug, int(tp))
+            clicked = assert_toggle_drives_chart(page, records, story.rows_figure, timeout=15)
+            assert set(clicked) == {"old", "new"}
+        assert not page.errors, f"the page logged errors: {page.errors}"

@@ -110,10 +110,13 @@ def describe_difference(shown: list[dict[str, Any]], expected: list[dict[str, An
     return "\n".join(lines) or "    traces equal (only the title differs)"
 
 
-def click_order(options: list[str]) -> list[str]:
-    """Every option, then the first again: whatever the page started on, each option is reached
-    at least once by a click that changed the toggle (``old, new, old`` for two options)."""
-    return [*options, options[0]]
+def click_order(options: list[str], active: str | None = None) -> list[str]:
+    """Every option, then the first clicked again, starting after the one pressed: every click
+    changes the toggle (``new, old, new`` from ``old``), so each chart the page shows was drawn
+    by the toggle's callback, not left over from the page's first render."""
+    start = (options.index(active) + 1) % len(options) if active in options else 0
+    order = options[start:] + options[:start]
+    return [*order, order[0]]
 
 
 def assert_toggle_drives_chart(
@@ -130,7 +133,7 @@ def assert_toggle_drives_chart(
         f"the first toggle in the page offers {labels}, the story's main_records() {options}"
     )
     expected = {b: expected_traces(r, build) for b, r in records.items()}
-    clicked = click_order(options)
+    clicked = click_order(options, page.active_label())
     for behaviour in clicked:
         page.click_toggle(behaviour)
         deadline = time.monotonic() + timeout

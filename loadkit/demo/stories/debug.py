@@ -23,7 +23,12 @@ HEADER_ONLY = "(header only)"
 # Preferred first: the pooling-probe checkpoint shows the old/new verdicts side by side.
 PREFERRED = ("gemma4_like", "plamo2/untied.safetensors", "nemotron_h")
 # Which built-in model reads which data/ folder.
-MODEL_FOR_FOLDER = {"gemma4_like": "gemma4-like", "plamo2": "plamo2", "nemotron_h": "nemotron-h"}
+MODEL_FOR_FOLDER = {
+    "gemma4_like": "gemma4-like",
+    "plamo2": "plamo2",
+    "nemotron_h": "nemotron-h",
+    "llama_like": "llama-like",
+}
 
 
 def shown_path(path: str | os.PathLike[str]) -> str:
@@ -88,9 +93,10 @@ def model_choices() -> list[str]:
 
 
 def inspect(path: str, model: str | None, mapper: str | None = None) -> InspectReport:
-    """The report, with the picker's "(header only)" meaning no model."""
+    """The report, with the picker's "(header only)" meaning no model; the pooling probe's
+    verdicts always (the panel teaches them, whether or not the model is a pooling one)."""
     spec = None if model in (None, "", HEADER_ONLY) else model
-    return inspect_checkpoint(path, model=spec, mapper=mapper or None)
+    return inspect_checkpoint(path, model=spec, mapper=mapper or None, probe=True)
 
 
 # --- the treemap ---------------------------------------------------------------------------------
@@ -218,11 +224,14 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
         ],
     )
     add(
-        "dtype casts",
-        ["checkpoint key", "from", "to", "incompatible"],
-        [[d.name, d.from_dtype, d.to_dtype, d.incompatible] for d in load.dtype_casts],
+        "dtype casts, by (from, to)",
+        ["from", "to", "tensors", "incompatible", "e.g."],
+        [
+            [g.from_dtype, g.to_dtype, len(g.keys), g.incompatible, g.keys[0]]
+            for g in load.cast_groups()
+        ],
     )
-    verdict = "loads cleanly" if load.clean else "would NOT load: " + "; ".join(load.problems())
+    verdict = "loads cleanly" if report.clean else "would NOT load: " + "; ".join(report.problems())
     parts.append(f"verdict: {verdict} (exit {report.exit_status})")
     return "\n".join(parts)
 

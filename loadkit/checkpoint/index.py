@@ -1,0 +1,234 @@
+"""A sharded checkpoint read as far as it can be: every index problem collected, none raised.
+
+``open_checkpoint`` raises at the first inconsistency (SPEC 9). A debugging tool needs all of
+them, each with where the key really is, and whatever can still be read: ``open_lenient`` reads
+every shard it can (the index's and, to find misplaced keys, any other ``*.safetensors`` in the
+folder), keeps the tensors a loader following the index would read, and lists:
+
+- ``missing shard``: the index names a shard that is not there (its keys: wherever they are);
+- ``wrong shard``: the index says a shard holds a key that it does not (the key is elsewhere);
+- ``not in index``: a shard holds a key the index does not list;
+- ``in two shards``: one key stored twice (a loader reads both; the later copy wins);
+- ``total_size``: the index's ``metadata.total_size`` is not the shards' tensor bytes;
+- ``unreadable shard``: a shard whose header cannot be read (its keys are lost);
+- ``unindexed shard``: a ``*.safetensors`` file the index does not name (a note, not a failure:
+  loaders following the index never read it, and repositories often ship one).
+
+A folder without an index is read the same way (every ``*.safetensors`` is a shard): a key in two
+shards and an unreadable shard are collected too. Only when no shard can be read at all does it
+raise. Torch-free.
+
+Hostile folders are refused as ``open_checkpoint`` refuses them (``loadkit.checkpoint.shards``):
+an index is read bounded and only from a regular file, its entries must be plain file names
+inside the folder, only regular files are read as shards (a FIFO is an unreadable shard, never
+opened), and one file under two spellings or two links is one shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from loadkit.checkpoint.reader import INDEX_NAME, Checkpoint, TensorInfo, read_safetensors_header
+from loadkit.checkpoint.shards import _plain_relative, read_index
+from loadkit.errors import CheckpointError, ShardIndexError
+
+
+class IndexProblem(NamedTuple):
+    """One inconsistency between an index and its shards."""
+
+    kind: str  # missing shard, wrong shard, not in index, in two shards, total_size, ...
+    key: str | None
+    message: str  # says where the key really is
+    found_in: tuple[str, ...] = ()  # the shards (file names) that hold the key
+
+    @property
+    def fails(self) -> bool:
+        """Does it make the checkpoint inconsistent (all but the ``unindexed shard`` note)?"""
+        return self.kind != "unindexed shard"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "message": self.message,
+            "found_in": list(self.found_in),
+            "fails": self.fails,
+        }
+
+
+def _where(files: list[str]) -> str:
+    if not files:
+        return "no shard holds it"
+    return "it is in " + " and ".join(files)
+
+
+def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
+    """The index's ``weight_map`` with each shard spelled plainly (``./a`` -> ``a``), and its
+    ``metadata.total_size``; an entry that could leave the folder is refused."""
+    index = str(folder / INDEX_NAME)
+    data = read_index(index)  # bounded, a regular file, any JSON failure a ShardIndexError
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ShardIndexError(index, "unreadable index: weight_map is not an object")
+    plain_map: dict[str, str] = {}
+    seen: dict[str, str] = {}  # a few shards named thousands of times: each spelling checked once
+    for key, entry in weight_map.items():
+        if isinstance(entry, str) and entry in seen:
+            plain_map[key] = seen[entry]
+            continue
+        plain = _plain_relative(entry)
+        if plain is None:
+            shown = json.dumps(entry, ensure_ascii=True)
+            why = "not a plain file name inside the folder (no absolute path, no '..')"
+            why = why if isinstance(entry, str) else "not a file name"
+            raise ShardIndexError(index, f"names shard {shown}, which is {why}", key)
+        plain_map[key] = seen[entry] = plain
+    metadata = data.get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    return plain_map, total
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of a regular file (links followed); ``None`` if absent or not one."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _one_per_file(p: Path, names: list[str]) -> dict[str, str]:
+    """Each name -> the first name (sorted) of the same file: two links to one blob, one shard."""
+    first: dict[tuple[int, int], str] = {}
+    out = {}
+    for name in sorted(set(names)):
+        ident = _identity(p / name)
+        out[name] = name if ident is None else first.setdefault(ident, name)
+    return out
+
+
+def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[IndexProblem]]:
+    """Open a folder of shards (with or without an index), collecting every problem.
+
+    Returns the checkpoint as a loader following the index would read it, and the problems.
+
+    Example:
+        >>> ck, problems = open_lenient("data/plamo2/tied-with-lm-head")
+        >>> len(ck.tensors) > 0, problems
+        (True, [])
+    """
+    p = Path(folder)
+    on_disk = sorted(f for f in os.listdir(p) if f.endswith(".safetensors"))
+    has_index = os.path.lexists(p / INDEX_NAME)  # a dangling link is an unreadable index
+    if has_index:
+        weight_map, total_size = _read_index(p)
+    else:
+        weight_map, total_size = {}, None
+    same = _one_per_file(p, [*on_disk, *weight_map.values()])
+    weight_map = {key: same[shard] for key, shard in weight_map.items()}
+    indexed = sorted(set(weight_map.values())) if has_index else sorted(set(same.values()))
+    others = sorted({same[f] for f in on_disk} - set(indexed))
+    problems: list[IndexProblem] = []
+    headers: dict[str, dict[str, TensorInfo]] = {}
+    metadata: dict[str, dict] = {}
+    for shard in [*indexed, *others]:
+        path = p / shard
+        if not os.path.lexists(path):
+            continue  # a missing shard: reported with its keys below
+        try:
+            headers[shard], metadata[str(path)] = read_safetensors_header(path)
+        except CheckpointError as exc:
+            lost = [k for k, s in weight_map.items() if s == shard]
+            what = f" ({len(lost)} indexed keys lost: {', '.join(lost[:3])}" if lost else ""
+            what += ", ...)" if len(lost) > 3 else (")" if lost else "")
+            problems.append(IndexProblem("unreadable shard", None, f"{exc}{what}", (shard,)))
+    readable = [s for s in indexed if s in headers]
+    if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
+        what = "no shard the index names" if has_index else "no *.safetensors file in it"
+        raise ShardIndexError(str(p), f"{what} can be read; nothing to inspect")
+
+    located: dict[str, list[str]] = {}
+    for shard, infos in headers.items():
+        for name in infos:
+            located.setdefault(name, []).append(shard)
+    problems += _index_vs_shards(p, weight_map, indexed, headers, located)
+
+    tensors: dict[str, TensorInfo] = {}
+    for shard in readable:
+        for name, info in headers[shard].items():
+            if name in tensors:
+                continue  # a second copy: reported below, once per key
+            tensors[name] = info
+            if has_index and name not in weight_map:
+                msg = f"shard '{shard}' holds it, but the index does not list it"
+                problems.append(IndexProblem("not in index", name, msg, (shard,)))
+    for name, shards in located.items():
+        read = [s for s in shards if s in readable]
+        if len(read) > 1:
+            shapes = {str(list(headers[s][name].shape)) for s in read}
+            said = f"; the index says '{weight_map[name]}'" if name in weight_map else ""
+            differ = f"; shapes differ: {' and '.join(sorted(shapes))}" if len(shapes) > 1 else ""
+            problems.append(
+                IndexProblem(
+                    "in two shards",
+                    name,
+                    f"stored in {' and '.join(read)}{said}{differ}: a loader reads every copy, "
+                    "and the last one wins",
+                    tuple(read),
+                )
+            )
+    stored = sum(t.nbytes for t in tensors.values())
+    if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
+        problems.append(
+            IndexProblem(
+                "total_size",
+                None,
+                f"the index's metadata.total_size is {total_size} bytes, but the shards hold "
+                f"{stored} bytes of tensors ({len(tensors)} tensors)",
+            )
+        )
+    for shard in others:
+        n = len(headers.get(shard, {}))
+        problems.append(
+            IndexProblem(
+                "unindexed shard",
+                None,
+                f"'{shard}' ({n} tensors) is not named by the index: loaders never read it",
+                (shard,),
+            )
+        )
+    files = [str(p / s) for s in readable]
+    return Checkpoint(str(p), files, _in_stream_order(tensors, files), metadata), problems
+
+
+def _index_vs_shards(
+    p: Path,
+    weight_map: dict[str, str],
+    indexed: list[str],
+    headers: dict[str, dict[str, TensorInfo]],
+    located: dict[str, list[str]],
+) -> list[IndexProblem]:
+    """Index entries whose shard is missing, or does not hold the key."""
+    problems = []
+    exists = {shard: os.path.lexists(p / shard) for shard in indexed}  # one stat per shard
+    for key, shard in weight_map.items():
+        if not exists[shard]:
+            where = located.get(key, [])
+            msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
+            problems.append(IndexProblem("missing shard", key, msg, tuple(where)))
+        elif shard in headers and key not in headers[shard]:
+            where = located.get(key, [])
+            msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
+            problems.append(IndexProblem("wrong shard", key, msg, tuple(where)))
+    return problems
+
+
+def _in_stream_order(tensors: dict[str, TensorInfo], files: list[str]) -> dict[str, TensorInfo]:
+    """Shards in file-name order, tensors in data order: as ``Checkpoint.weights()`` yields."""
+    rank = {f: i for i, f in enumerate(files)}
+    ordered = sorted(tensors.values(), key=lambda t: (rank[t.file], t.offset))
+    return {t.name: t for t in ordered}

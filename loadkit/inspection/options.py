@@ -1,0 +1,52 @@
+"""What the user adds to a dry load: rules for the model's root loader, and verdict rules.
+
+Torch-free, and a NamedTuple rather than a dataclass: the header-only inspector imports this
+module, and ``dataclasses`` alone costs it about 7 ms.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class LoadRules(NamedTuple):
+    """Extra rules, as if the model's root ``AutoWeightsLoader`` had been built with them
+    (``skip_prefixes``, ``ignore_unexpected_prefixes``, ``ignore_unexpected_suffixes``), and
+    two rules for the verdict: tensors that may stay unfilled, and whether any dtype cast fails.
+
+    Example:
+        >>> rules = LoadRules(allow_missing=("classifier.*",))
+        >>> rules.allowed("classifier.weight"), rules.allowed("bert.pooler.weight")
+        ('classifier.*', None)
+    """
+
+    skip_prefixes: tuple[str, ...] = ()
+    ignore_unexpected_prefixes: tuple[str, ...] = ()
+    ignore_unexpected_suffixes: tuple[str, ...] = ()
+    allow_missing: tuple[str, ...] = ()  # shell-style patterns (fnmatch) over model tensor names
+    strict_dtype: bool = False  # any cast fails the load, not only incompatible ones
+
+    @property
+    def for_loader(self) -> bool:
+        """Are there rules for the root loader (not only for the verdict)?"""
+        return bool(
+            self.skip_prefixes or self.ignore_unexpected_prefixes or self.ignore_unexpected_suffixes
+        )
+
+    def allowed(self, tensor: str) -> str | None:
+        """The first ``allow_missing`` pattern ``tensor`` matches, if any."""
+        import fnmatch
+
+        for pattern in self.allow_missing:
+            if fnmatch.fnmatchcase(tensor, pattern):
+                return pattern
+        return None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "skip_prefixes": list(self.skip_prefixes),
+            "ignore_unexpected_prefixes": list(self.ignore_unexpected_prefixes),
+            "ignore_unexpected_suffixes": list(self.ignore_unexpected_suffixes),
+            "allow_missing": list(self.allow_missing),
+            "strict_dtype": self.strict_dtype,
+        }

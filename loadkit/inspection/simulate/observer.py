@@ -1,0 +1,126 @@
+"""The dry load's ``LoadObserver``: which ledger took which checkpoint key, and with what mapper.
+
+Every ledger opened during a pass (the root's ``AutoWeightsLoader``, a child's own, a hand-written
+loader's) reports each name it takes; the key is read off the meta tensor (``loadkit_key``),
+falling back to the key last pulled from the stream for tensors a loader made itself. So a key
+handed down through delegation is followed by identity, never by position. Names the model does
+not have are recorded and the walk goes on, so one pass finds them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from loadkit.inspection.options import LoadRules
+from loadkit.inspection.simulate.recording import Recorder
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.ledger import DELEGATED, UNCONSUMED, CheckpointEntry, LoadLedger
+from loadkit.loading.observe import LoadObserver
+from loadkit.mapper import WeightsMapper
+
+
+def join(prefix: str, name: str | None) -> str | None:
+    if name is None:
+        return None
+    return f"{prefix}.{name}" if prefix and name else (prefix or name)
+
+
+@dataclass(frozen=True)
+class Fate:
+    """A key's fate as the ledgers tell it (qualified from the model's root)."""
+
+    status: str
+    mapped: str | None  # the name the root loader looked up
+    target: str | None  # the parameter it filled, or the module it was handed to
+    rule: str | None
+
+
+class DryLoadObserver(LoadObserver):
+    def __init__(
+        self,
+        model: nn.Module,
+        recorder: Recorder,
+        replace: WeightsMapper | None,
+        rules: LoadRules | None = None,
+        module_paths: dict[int, str] | None = None,
+    ):
+        self.root = model
+        self.rules = rules or LoadRules()
+        self.root_name = type(model).__name__
+        self.recorder = recorder
+        self.replace = replace
+        if module_paths is None:
+            module_paths = {id(m): name for name, m in model.named_modules()}
+        self.module_paths = module_paths  # shared by every pass: computed once
+        self.ledgers: list[tuple[str, LoadLedger]] = []  # (module path, ledger), in order opened
+        self.used: list[WeightsMapper | None] = []  # mappers the root's AutoWeightsLoader used
+        self._path: dict[int, str] = {}
+        self._taken: dict[str, list[tuple[str, CheckpointEntry]]] = {}
+        self._key_of: dict[int, str] = {}
+        self.rejected: dict[str, tuple[str, str]] = {}  # key -> (looked up, reason)
+
+    # --- hooks ---
+
+    def opened(self, ledger: LoadLedger, module: nn.Module) -> None:
+        path = self.module_paths.get(id(module))
+        if path is not None:  # a loader rooted outside the model tells nothing about it
+            self._path[id(ledger)] = path
+            self.ledgers.append((path, ledger))
+
+    def took(self, ledger: LoadLedger, entry: CheckpointEntry, tensor: Any) -> None:
+        path = self._path.get(id(ledger))
+        key = getattr(tensor, "loadkit_key", None) or self.recorder.now.current
+        if path is None or key is None:
+            return
+        self._key_of[id(entry)] = key
+        self._taken.setdefault(key, []).append((path, entry))
+
+    def loading(
+        self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
+    ) -> WeightsMapper | None:
+        if loader.module is self.root:
+            if self.replace is not None:
+                mapper = self.replace
+            self.used.append(mapper)
+            # The user's rules join the root loader's own, on this loader instance only.
+            loader.skip_prefixes += self.rules.skip_prefixes
+            loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
+            loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
+        return mapper
+
+    def unexpected(
+        self, ledger: LoadLedger, name: str, entries: Sequence[CheckpointEntry], reason: str
+    ) -> bool:
+        path = self._path.get(id(ledger), "")
+        for entry in entries:
+            key = self._key_of.get(id(entry))
+            if key is not None:
+                looked_up = join(path, entry.mapped) or join(path, name) or name
+                self.rejected[key] = (looked_up, reason)
+        return True
+
+    # --- reading ---
+
+    def fates(self) -> dict[str, Fate]:
+        """Each key's fate: the last ledger entry that settled it (a child's, after the parent
+        delegated), its mapped name as the first ledger (the root's) saw it."""
+        out: dict[str, Fate] = {}
+        for key, taken in self._taken.items():
+            first_path, first = taken[0]
+            settled = [t for t in taken if t[1].status not in (DELEGATED, UNCONSUMED)]
+            delegated = [t for t in taken if t[1].status == DELEGATED]
+            path, entry = (settled or delegated or taken)[-1]
+            out[key] = Fate(
+                entry.status,
+                join(first_path, first.mapped),
+                join(path, entry.target),
+                entry.rule,
+            )
+        return out
+
+    def root_mapper(self) -> WeightsMapper | None:
+        return self.used[-1] if self.used else None

@@ -1,0 +1,209 @@
+"""From what the passes recorded to the load section of the report: each key's fate, then the
+model tensors never filled, then the pairing of leftovers (``loadkit.inspection.renames``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from loadkit.checkpoint.reader import TensorInfo
+from loadkit.errors import ShapeMismatchError
+from loadkit.inspection.casts import is_incompatible
+from loadkit.inspection.options import LoadRules
+from loadkit.inspection.records import (
+    DELEGATED,
+    DROPPED,
+    IGNORED,
+    LOAD_ERROR,
+    LOADED,
+    SHAPE_MISMATCH,
+    SKIPPED,
+    UNCONSUMED,
+    UNEXPECTED,
+    DtypeCast,
+    KeyOutcome,
+    LoadReport,
+    Missing,
+    ShapeMismatch,
+    Unexpected,
+)
+from loadkit.inspection.renames import Named, Nearest, pair_renames
+from loadkit.inspection.simulate.meta import dtype_name
+from loadkit.inspection.simulate.observer import Fate, join
+from loadkit.inspection.simulate.recording import Call
+from loadkit.inspection.simulate.run import Simulation
+from loadkit.loading.ledger import LOADED as LEDGER_LOADED
+from loadkit.mapper import WeightsMapper
+
+
+@dataclass
+class _Tally:
+    """What the keys filled, broke and cast, gathered while each key is classified."""
+
+    keys: list[KeyOutcome] = field(default_factory=list)
+    mismatches: list[ShapeMismatch] = field(default_factory=list)
+    errors: list[KeyOutcome] = field(default_factory=list)
+    casts: list[DtypeCast] = field(default_factory=list)
+    unexpected: list[Unexpected] = field(default_factory=list)
+    filled: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+
+
+def _failed_call(name: str, mapped: str | None, bad: list[Call], tally: _Tally) -> None:
+    c = bad[0]
+    tally.failed.update(x.param for x in bad)
+    msg = str(c.error).split("\n", 1)[0]
+    if isinstance(c.error, ShapeMismatchError):  # name the parameter and the key
+        msg = str(c.error.with_name(c.param, f"checkpoint key '{name}'"))
+    if isinstance(c.error, ShapeMismatchError) or c.param_shape != c.weight_shape:
+        tally.keys.append(KeyOutcome(name, SHAPE_MISMATCH, mapped, c.param, message=msg))
+        tally.mismatches.append(ShapeMismatch(name, c.param, c.param_shape, c.weight_shape, msg))
+    else:
+        out = KeyOutcome(name, LOAD_ERROR, mapped, c.param, message=msg)
+        tally.keys.append(out)
+        tally.errors.append(out)
+
+
+def _loaded_by_calls(name: str, mapped: str | None, calls: list[Call], tally: _Tally) -> None:
+    targets = list(dict.fromkeys(c.param for c in calls))
+    tally.filled.update(targets)
+    tally.keys.append(KeyOutcome(name, LOADED, mapped, ", ".join(targets)))
+    for c in calls:
+        if c.weight_dtype != c.param_dtype:
+            src, dst = dtype_name(c.weight_dtype), dtype_name(c.param_dtype)
+            tally.casts.append(DtypeCast(name, c.param, src, dst, is_incompatible(src, dst)))
+
+
+def _classify(
+    info: TensorInfo,
+    sim: Simulation,
+    fate: Fate | None,
+    mapped: str | None,
+    calls: list[Call],
+    written: list[str],
+    tally: _Tally,
+) -> None:
+    """File one checkpoint key under exactly one fate (first match wins, most telling first)."""
+    name, root = info.name, sim.observer.root_name
+    if name in sim.excluded:
+        out = sim.excluded[name]
+        tally.keys.append(out)
+        if out.status == LOAD_ERROR:
+            tally.errors.append(out)
+        if name in sim.unexpected:
+            u = sim.unexpected[name]
+            u.shape, u.dtype = info.shape, info.dtype
+            tally.unexpected.append(u)
+        return
+    bad = [c for c in calls if c.error is not None]
+    if bad:
+        return _failed_call(name, mapped, bad, tally)
+    if fate and fate.status == UNEXPECTED:
+        looked_up, reason = sim.observer.rejected[name]
+        tally.keys.append(KeyOutcome(name, UNEXPECTED, mapped, message=reason))
+        u = Unexpected(name, looked_up, reason, shape=info.shape, dtype=info.dtype)
+        tally.unexpected.append(u)
+        return
+    if fate and fate.status in (SKIPPED, IGNORED, DROPPED):
+        tally.keys.append(KeyOutcome(name, fate.status, mapped, rule=fate.rule))
+        return
+    if calls:
+        return _loaded_by_calls(name, mapped, calls, tally)
+    if fate and fate.status == LOADED:
+        tally.keys.append(KeyOutcome(name, LOADED, mapped, fate.target))
+        return
+    if written:  # loaded by a path that bypassed weight_loader
+        targets = list(dict.fromkeys(written))
+        tally.filled.update(targets)
+        tally.keys.append(KeyOutcome(name, LOADED, mapped, ", ".join(targets)))
+        return
+    if (fate and fate.status == DELEGATED) or name in sim.final.pulled:
+        by = fate.target if fate and fate.status == DELEGATED else root
+        message = f"taken by {by}.load_weights; no parameter load seen for it"
+        tally.keys.append(KeyOutcome(name, DELEGATED, mapped, by, message=message))
+        return
+    message = "never read by the loader"
+    if not sim.complete:
+        message = "not simulated: the simulation stopped early"
+    tally.keys.append(KeyOutcome(name, UNCONSUMED, mapped, message=message))
+
+
+def _suggest(
+    tally: _Tally, missing: list[Missing], infos: Sequence[TensorInfo], model_names: list[str]
+) -> list[str]:
+    """Pair leftovers (unused keys, tensors never filled); nearest names for unexpected ones.
+    Returns notes on any search that was shortened."""
+    by_key = {t.name: t for t in infos}
+    unused = [
+        Named(k.mapped or k.name, k.name, by_key[k.name].numel, by_key[k.name].shape)
+        for k in tally.keys
+        if k.status in (UNEXPECTED, LOAD_ERROR)
+    ]
+    wanted = [Named(m.name, m.name, m.numel, m.shape) for m in missing]
+    pairs = pair_renames(unused, wanted) if unused and wanted else {}
+    for m in missing:
+        m.suggestions = [pairs[m.name]] if m.name in pairs else []
+    paired = {key: param for param, key in pairs.items()}
+    if not tally.unexpected:
+        return []
+    nearest = Nearest(model_names, len(tally.unexpected))
+    for u in tally.unexpected:
+        first = [paired[u.name]] if u.name in paired else []
+        u.suggestions = list(dict.fromkeys(first + nearest(u.looked_up)))[:3]
+    if nearest.shortened:
+        return [
+            f"{nearest.shortened} unexpected name(s) share no name parts with any model tensor; "
+            f"comparing each with all {len(model_names)} names would take too long, so they "
+            "have no nearest names"
+        ]
+    return []
+
+
+def assemble(
+    tensors: dict[str, torch.Tensor],
+    infos: Sequence[TensorInfo],
+    sim: Simulation,
+    mapper: WeightsMapper | None,
+    rules: LoadRules,
+) -> LoadReport:
+    """The load section: every key's fate, missing tensors, mismatches, casts, suggestions."""
+    entries, by_name = list(tensors), tensors
+    calls: dict[str, list[Call]] = {}
+    for call in sim.final.calls:
+        calls.setdefault(call.key or "", []).append(call)
+    written: dict[str, list[str]] = {}  # key -> tensors written while it was being loaded
+    for tensor, key in sim.final.writes:
+        written.setdefault(key or "", []).append(tensor)
+    fates = sim.observer.fates()
+
+    tally = _Tally()
+    for info in infos:
+        fate = fates.get(info.name)
+        if fate is not None:
+            mapped = fate.mapped
+        else:
+            mapped = mapper.map_name(info.name) if mapper is not None else info.name
+        got = calls.get(info.name, [])
+        _classify(info, sim, fate, mapped, got, written.get(info.name, []), tally)
+
+    # Written by any path, and what the run's ledgers say a child's load_weights loaded.
+    tally.filled.update(t for t, _ in sim.final.writes)
+    for path, ledger in sim.observer.ledgers:
+        tally.filled.update(
+            join(path, p.name) or p.name
+            for p in ledger.params.values()
+            if p.status == LEDGER_LOADED
+        )
+    missing = [
+        Missing(n, tuple(by_name[n].shape), dtype_name(by_name[n].dtype), allowed=rules.allowed(n))
+        for n in entries
+        if n not in tally.filled and n not in tally.failed
+    ]
+    notes = _suggest(tally, missing, infos, entries)
+    filled = sum(n in tally.filled and n not in tally.failed for n in entries)
+    return LoadReport(
+        tally.keys, missing, tally.unexpected, tally.mismatches, tally.casts, tally.errors,
+        len(entries), filled, sim.runs, sim.complete, sim.failure, notes=notes, rules=rules,
+    )  # fmt: skip

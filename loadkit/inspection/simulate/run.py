@@ -1,0 +1,157 @@
+"""The passes of a dry load: run the model's own loader until every failing key is known.
+
+A name the model does not have is recorded by the observer and the walk goes on, so a load
+through ``AutoWeightsLoader`` takes one pass however many names are wrong. A hand-written loader
+stops at the first such name (a ``KeyError``) or failing step: the key is left out, and a
+*discovery* pass resumes right after it; when a discovery pass reaches the end, one full pass
+without the keys left out gives the report. Every key is fed a bounded number of times, so the
+cost is linear in the number of names. An error after the last weight (a final check) blames no
+key: the load fails as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from loadkit.checkpoint.reader import TensorInfo
+from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
+from loadkit.inspection.options import LoadRules
+from loadkit.inspection.records import LOAD_ERROR, UNEXPECTED, KeyOutcome, Unexpected
+from loadkit.inspection.simulate.meta import loadable_tensors
+from loadkit.inspection.simulate.observer import DryLoadObserver
+from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.observe import observing
+from loadkit.mapper import WeightsMapper
+
+MAX_RUNS = 256  # passes; a hand-written loader's failing name (or unknown module) costs one
+
+
+@dataclass
+class Simulation:
+    """What the passes found: the last full pass, and the keys left out on the way."""
+
+    final: Pass
+    observer: DryLoadObserver
+    excluded: dict[str, KeyOutcome] = field(default_factory=dict)
+    unexpected: dict[str, Unexpected] = field(default_factory=dict)  # among ``excluded``
+    runs: int = 0
+    complete: bool = True
+    failure: str | None = None  # raised after the last weight, with no key to blame
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, afterwards
+
+
+class _Exclusions:
+    """Keys left out of later passes, and why; unknown modules leave out every key under them."""
+
+    def __init__(self, infos: Sequence[TensorInfo]) -> None:
+        self.infos = infos
+        self.excluded: dict[str, KeyOutcome] = {}
+        self.unexpected: dict[str, Unexpected] = {}
+        self._under: dict[str, list[str]] | None = None  # dotted prefix -> keys (built once)
+        self._mapper: WeightsMapper | None = None
+
+    def _keys_under(self, name: str, mapper: WeightsMapper | None) -> list[str]:
+        if self._under is None or self._mapper is not mapper:
+            self._mapper, self._under = mapper, {}
+            for info in self.infos:
+                mapped = mapper.map_name(info.name) if mapper is not None else info.name
+                if mapped is None:
+                    continue
+                parts = mapped.split(".")
+                for i in range(1, len(parts) + 1):
+                    self._under.setdefault(".".join(parts[:i]), []).append(info.name)
+        return self._under.get(name, [])
+
+    def add(self, exc: BaseException, culprit: str, mapper: WeightsMapper | None) -> None:
+        message = str(exc).split("\n", 1)[0]
+        mapped = mapper.map_name(culprit) if mapper is not None else culprit
+        if not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
+            self.excluded[culprit] = KeyOutcome(
+                culprit, LOAD_ERROR, mapped, message=f"{type(exc).__name__}: {message}"
+            )
+            return
+        if isinstance(exc, UnknownNameError):  # the report's own nearest names replace its list
+            message = f"no module or parameter named '{exc.name}' in {exc.root}"
+        elif not isinstance(exc, LoadkitError):
+            message = f"{type(exc).__name__}: {message}"
+        group = [culprit]
+        if isinstance(exc, UnknownNameError) and exc.name != mapped:
+            # Every key that maps under the same unknown module fails the same way.
+            group += [k for k in self._keys_under(exc.name, mapper) if k != culprit]
+        for key in group:
+            if key in self.excluded:
+                continue
+            key_mapped = mapper.map_name(key) if mapper is not None else key
+            self.excluded[key] = KeyOutcome(key, UNEXPECTED, key_mapped, message=message)
+            self.unexpected[key] = Unexpected(key, key_mapped or culprit, message)
+
+
+def simulate(
+    model: nn.Module,
+    infos: Sequence[TensorInfo],
+    *,
+    mapper: WeightsMapper | None,
+    replace_mapper: bool,
+    rules: LoadRules,
+    tensors: dict[str, torch.Tensor],
+) -> Simulation:
+    """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
+    ``tensors``: the model's, by name (``meta.loadable_tensors``)."""
+    root_name = type(model).__name__
+    own = getattr(model, "load_weights", None)
+    recorder = Recorder()
+    position = {info.name: i for i, info in enumerate(infos)}
+    paths = {id(m): name for name, m in model.named_modules()}
+    out = _Exclusions(infos)
+    runs, start = 0, 0
+    complete, failure = True, None
+    with recording_loaders(tensors, recorder):
+        watcher = WriteWatcher(tensors, recorder)
+        while True:
+            runs += 1
+            now = recorder.now = Pass(start=start)
+            replace = mapper if replace_mapper else None
+            observer = DryLoadObserver(model, recorder, replace, rules, paths)
+            try:
+                stream = now.stream(infos, out.excluded)
+                with watcher, observing(observer):
+                    if callable(own):
+                        own(stream)
+                    else:  # as the pooling adapter and upstream load a model without one
+                        AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
+            except (Exception, SystemExit) as exc:  # the model's own code may sys.exit
+                culprit = now.current
+                if now.exhausted or culprit is None or culprit in out.excluded:
+                    if start:  # a discovery pass got no further: confirm with a full pass
+                        start = 0
+                        continue
+                    if culprit is None or culprit in out.excluded:
+                        raise LoadkitError(
+                            f"{root_name}.load_weights failed before taking any weight, so the "
+                            f"load cannot be simulated: {type(exc).__name__}: {exc}"
+                        ) from exc
+                    # Raised after the last weight (a final check, say): no key to blame, and
+                    # leaving keys out would only make it worse. The load fails as a whole.
+                    text = str(exc).splitlines()[0] if str(exc) else ""
+                    failure = f"{root_name}.load_weights raised after the last weight: "
+                    failure += f"{type(exc).__name__}: {text}"
+                    break
+                out.add(exc, culprit, observer.root_mapper() or mapper)
+                if runs >= MAX_RUNS:
+                    complete = False
+                    break
+                start = position[culprit] + 1  # discovery: go on right after the culprit
+                continue
+            if not start:
+                break
+            start = 0  # the discovery reached the end: one full pass for the report
+    after = loadable_tensors(model)  # with any tensor the load registered itself
+    watcher.resolve_late_writes(after, now)
+    sim = Simulation(now, observer, out.excluded, out.unexpected, runs, complete, failure)
+    sim.tensors = after
+    return sim

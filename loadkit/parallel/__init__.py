@@ -1,0 +1,51 @@
+"""Tensor parallelism: vLLM's parallel layers, their weight loaders, and real multi-process runs.
+
+``state`` (the process group), ``linear`` and ``vocab`` (the layers), ``param_loaders`` (where a
+rank narrows a checkpoint tensor), ``holdings`` (which checkpoint rows each parameter got),
+``share`` (one rank's share on the meta device, no processes), ``launcher`` (``tp`` real
+processes on ``torch.distributed``).
+"""
+
+from loadkit.parallel.linear import (
+    ColumnParallelLinear,
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
+from loadkit.parallel.state import (
+    NotDivisibleError,
+    TensorParallelError,
+    TPGroup,
+    divide,
+    get_tensor_model_parallel_rank,
+    get_tensor_model_parallel_world_size,
+    get_tp_group,
+    simulated_group,
+    use_group,
+)
+from loadkit.parallel.vocab import (
+    ParallelLMHead,
+    VocabParallelEmbedding,
+    pad_vocab_size,
+    vocab_shard,
+)
+
+__all__ = [
+    "ColumnParallelLinear",
+    "MergedColumnParallelLinear",
+    "NotDivisibleError",
+    "ParallelLMHead",
+    "QKVParallelLinear",
+    "RowParallelLinear",
+    "TPGroup",
+    "TensorParallelError",
+    "VocabParallelEmbedding",
+    "divide",
+    "get_tensor_model_parallel_rank",
+    "get_tensor_model_parallel_world_size",
+    "get_tp_group",
+    "pad_vocab_size",
+    "simulated_group",
+    "use_group",
+    "vocab_shard",
+]

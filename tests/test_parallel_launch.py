@@ -275,3 +275,28 @@ def _running(p: psutil.Process) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_peak_anonymous_memory_per_rank_follows_its_share(tmp_path):
+    """Each rank's measured memory growth holds its share of the parameters (the plan) plus at
+    most the stream's read buffer (the largest tensor) and a little allocator slack: at tp=2 a
+    rank grows about half as much as the tp=1 process. The same measure as
+    ``benchmarks/tp_memory.py``, on a 74 MiB checkpoint."""
+    from loadkit import open_checkpoint
+
+    config = LlamaLikeConfig(
+        vocab_size=4096, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+    )
+    path = write_checkpoint(tmp_path / "mid.safetensors", config)
+    largest = max(t.nbytes for t in open_checkpoint(path).tensors.values())
+    slack = 8 * 2**20
+    growth = {}
+    for tp in (1, 2):
+        plan = memory_plan(path, tp)
+        run = run_one(path, tp, track_rows=False).raise_for_errors()
+        for r in run.ranks:
+            assert plan.per_rank[r.rank] <= r.anon_growth <= plan.per_rank[r.rank] + largest + slack
+        growth[tp] = [r.anon_growth for r in run.ranks]
+    for g in growth[2]:
+        assert 0.45 < g / growth[1][0] < 0.65

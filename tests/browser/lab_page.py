@@ -210,18 +210,20 @@ class NotebookPage:
         toggle.scroll_into_view_if_needed()
         return toggle
 
+    def active_label_at(self, index: int) -> str | None:
+        """The pressed button's label on the ``index``-th ToggleButtons."""
+        found = self.toggle_at(index).locator("button.widget-toggle-button.mod-active")
+        return (found.first.text_content() or "").strip() if found.count() else None
+
     def click_toggle_at(self, index: int, label: str) -> None:
         """Press ``label`` on the ``index``-th ToggleButtons and wait until it shows pressed."""
-        toggle = self.toggle_at(index)
-        toggle.get_by_role("button", name=label, exact=True).click()
-        active = "button.widget-toggle-button.mod-active"
-
-        def pressed() -> str | None:
-            found = toggle.locator(active)
-            return (found.first.text_content() or "").strip() if found.count() else None
-
-        self._wait(lambda: pressed() == label, 10, f"toggle {index} button {label!r} pressed",
-                   lambda: f"{pressed()!r} pressed")
+        self.toggle_at(index).get_by_role("button", name=label, exact=True).click()
+        self._wait(
+            lambda: self.active_label_at(index) == label,
+            10,
+            f"toggle {index} button {label!r} pressed",
+            lambda: f"{self.active_label_at(index)!r} pressed",
+        )
 
     def click_toggle(self, label: str) -> None:
         button = self.main_toggle().get_by_role("button", name=label, exact=True)

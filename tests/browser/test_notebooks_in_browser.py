@@ -117,6 +117,11 @@ def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
         page.clear_outputs()
         page.run_all()
         page.wait_run_finished()
+        after_run_all = [page.active_label_at(i) for i in range(3)]
+        assert after_run_all == ["old", "2", "gguf-rank"], (
+            f"after Run All the toggles show {after_run_all}; the notebook's text describes "
+            "old, tp=2, gguf-rank"
+        )
         for tp, bug in [("4", "kv-replication"), ("4", "gguf-rank"), ("1", "gguf-rank")]:
             page.click_toggle_at(1, tp)
             page.click_toggle_at(2, bug)

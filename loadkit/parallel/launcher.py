@@ -122,18 +122,27 @@ class _Bars:
     def update(self, store: Any, job: int) -> None:
         from tqdm import tqdm
 
-        if job != self.job:  # a new job streams the checkpoint again: fresh bars
+        # A new job streams the checkpoint again: fresh bars. Every job gets its bars, even one
+        # whose results all arrived between two polls (the supervisor skips polling then).
+        while self.job < job:
+            self._refresh(store)  # the finished job's final counts
             for bar in self.bars:
                 bar.close()
-            name = self.spec.jobs[job].name
+            self.job += 1
+            name = self.spec.jobs[self.job].name
             self.bars = [
                 tqdm(total=self.total, unit="B", unit_scale=True, desc=f"{name} rank {r}")
                 for r in range(self.spec.tp)
             ]
-            self.job = job
+        self._refresh(store)
+
+    def _refresh(self, store: Any) -> None:
         for r, bar in enumerate(self.bars):
-            done = store.add(f"progress/{job}/{r}", 0)
-            bar.update(max(done - bar.n, 0))
+            done = store.add(f"progress/{self.job}/{r}", 0)
+            if done >= self.total:  # set silently: close() prints the full bar, once
+                bar.n = done
+            else:
+                bar.update(max(done - bar.n, 0))
 
     def close(self) -> None:
         for bar in self.bars:

@@ -122,24 +122,27 @@ class _Bars:
     def update(self, store: Any, job: int) -> None:
         from tqdm import tqdm
 
-        # A new job streams the checkpoint again: fresh bars. A job may finish between two polls
-        # (a small checkpoint loads in a blink), so each earlier job's bars are brought to their
-        # final counts before they close, and a job never polled still gets its bars.
+        # A new job streams the checkpoint again: fresh bars. Every job gets its bars, even one
+        # whose results all arrived between two polls (the supervisor skips polling then).
         while self.job < job:
-            self._poll(store)
-            self.close()
+            self._refresh(store)  # the finished job's final counts
+            for bar in self.bars:
+                bar.close()
             self.job += 1
             name = self.spec.jobs[self.job].name
             self.bars = [
                 tqdm(total=self.total, unit="B", unit_scale=True, desc=f"{name} rank {r}")
                 for r in range(self.spec.tp)
             ]
-        self._poll(store)
+        self._refresh(store)
 
-    def _poll(self, store: Any) -> None:
+    def _refresh(self, store: Any) -> None:
         for r, bar in enumerate(self.bars):
             done = store.add(f"progress/{self.job}/{r}", 0)
-            bar.update(max(done - bar.n, 0))
+            if done >= self.total:  # set silently: close() prints the full bar, once
+                bar.n = done
+            else:
+                bar.update(max(done - bar.n, 0))
 
     def close(self) -> None:
         for bar in self.bars:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.dtypes import torch_dtype
+from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.records import ModelSummary
 from loadkit.loading.ledger import model_tensors
@@ -103,7 +103,8 @@ def meta_weight(info: TensorInfo) -> torch.Tensor:
         (torch.bfloat16, 'a.weight')
     """
     dtype = torch_dtype(info.dtype)
-    t = torch.empty(info.shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
+    shape = torch_shape(info.dtype, info.shape)  # F4: two values per torch element
+    t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
     t.__dict__["loadkit_file"] = info.file  # load errors name the file, as for real tensors
     t.__dict__["loadkit_key"] = info.name  # names the key through delegation and renaming
     return t

@@ -120,19 +120,24 @@ class _Bars:
     job: int = -1
 
     def update(self, store: Any, job: int) -> None:
+        """Bars for ``job`` at the counts the ranks posted; a job that started and finished
+        between two polls still gets its bars, at its final counts."""
         from tqdm import tqdm
 
-        if job != self.job:  # a new job streams the checkpoint again: fresh bars
-            for bar in self.bars:
-                bar.close()
-            name = self.spec.jobs[job].name
+        while self.job < job:  # each job streams the checkpoint again: fresh bars
+            self._refresh(store)
+            self.close()
+            self.job += 1
+            name = self.spec.jobs[self.job].name
             self.bars = [
                 tqdm(total=self.total, unit="B", unit_scale=True, desc=f"{name} rank {r}")
                 for r in range(self.spec.tp)
             ]
-            self.job = job
+        self._refresh(store)
+
+    def _refresh(self, store: Any) -> None:
         for r, bar in enumerate(self.bars):
-            done = store.add(f"progress/{job}/{r}", 0)
+            done = store.add(f"progress/{self.job}/{r}", 0)
             bar.update(max(done - bar.n, 0))
 
     def close(self) -> None:

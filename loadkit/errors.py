@@ -16,6 +16,26 @@ class LoadkitError(ValueError):
     """Base class of every loadkit error."""
 
 
+def printable(text: str) -> str:
+    r"""``text`` with every character a terminal would act on escaped (newlines, control and
+    format characters), so a hostile tensor name stays on one line and cannot move the cursor.
+
+    >>> print(printable("layers.0\nweight\x1b[2J"))
+    layers.0\nweight\x1b[2J
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    special = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if c in special:
+        return special[c]
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
 # --- checkpoints (SPEC 8, 9) -------------------------------------------------------------------
 
 
@@ -25,7 +45,7 @@ class CheckpointError(LoadkitError):
     def __init__(self, file: str, message: str, key: str | None = None) -> None:
         self.file = str(file)
         self.key = key
-        where = f"{self.file}" + (f", key '{key}'" if key is not None else "")
+        where = printable(self.file) + (f", key '{printable(key)}'" if key is not None else "")
         super().__init__(f"{where}: {message}")
 
 

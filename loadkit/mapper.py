@@ -155,7 +155,10 @@ class WeightsMapper:
                     "use orig_to_new_prefix={'': ...} to prepend, or a regex"
                 )
         for key, value in self.orig_to_new_stacked.items():
-            if value is not None and not (isinstance(value, tuple) and len(value) == 2):
+            if not isinstance(key, str) or (
+                value is not None
+                and not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str))
+            ):
                 raise MapperConfigError(
                     f"WeightsMapper: orig_to_new_stacked[{key!r}] must be (new_substr, shard_id) "
                     f"or None, not {value!r}"
@@ -318,5 +321,12 @@ class WeightsMapper:
                 raise MapperConfigError(f"WeightsMapper: {fname} must be an object of rules")
             if fname == "orig_to_new_stacked":
                 table = {k: (tuple(v) if isinstance(v, list) else v) for k, v in table.items()}
+                for key, value in table.items():
+                    shard_id = value[1] if isinstance(value, tuple) and len(value) == 2 else 0
+                    if isinstance(shard_id, bool) or not isinstance(shard_id, (int, str)):
+                        raise MapperConfigError(
+                            f"WeightsMapper: orig_to_new_stacked[{key!r}]: a shard id is an "
+                            f"int or a str, not {shard_id!r}"
+                        )
             kwargs[fname] = dict(table)
         return cls(**kwargs)

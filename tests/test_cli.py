@@ -300,18 +300,18 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
         assert main(["inspect", str(f), *extra]) == 2, extra
         err = capsys.readouterr().err
         assert err.startswith("loadkit inspect: error: ") and words in err, (words, err)
-    for argv, words in [
-        ([], "required: COMMAND"),
-        (["frobnicate"], "unknown command"),
-        (["inspect"], "required: CHECKPOINT"),
-        (["inspect", f, "--model"], "expected one argument"),
-        (["inspect", f, "--bogus"], "unrecognized argument: --bogus"),
-        (["inspect", f, "extra"], "unrecognized arguments: extra"),
-        (["inspect", f, "--limit", "x"], "invalid int value"),
+    for argv, words, usage in [
+        ([], "required: COMMAND", "usage: python -m loadkit "),
+        (["frobnicate"], "invalid choice: 'frobnicate'", "usage: python -m loadkit "),
+        (["inspect"], "required: CHECKPOINT", "usage: python -m loadkit inspect"),
+        (["inspect", f, "--model"], "expected one argument", "usage: python -m loadkit inspect"),
+        (["inspect", f, "--bogus"], "unrecognized arguments: --bogus", "usage: python -m loadkit"),
+        (["inspect", f, "extra"], "unrecognized arguments: extra", "usage: python -m loadkit"),
+        (["inspect", f, "--limit", "x"], "invalid int value", "usage: python -m loadkit inspect"),
     ]:
         assert main([str(a) for a in argv]) == 2, argv
         err = capsys.readouterr().err
-        assert words in err and err.startswith("usage: python -m loadkit inspect"), (argv, err)
+        assert words in err and err.startswith(usage), (argv, err)
     res = run("inspect")  # and once as a process
     assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
 
@@ -321,7 +321,14 @@ def test_help(capsys):
     assert "inspect" in capsys.readouterr().out
     assert main(["inspect", "--help"]) == 0
     out = capsys.readouterr().out
-    for word in ("--model", "--mapper", "--json", "exit status", "package.module:callable"):
+    for word in (
+        "--model",
+        "--mapper",
+        "--json",
+        "--debug",
+        "exit status",
+        "package.module:callable",
+    ):
         assert word in out
 
 

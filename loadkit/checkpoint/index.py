@@ -17,16 +17,23 @@ folder), keeps the tensors a loader following the index would read, and lists:
 A folder without an index is read the same way (every ``*.safetensors`` is a shard): a key in two
 shards and an unreadable shard are collected too. Only when no shard can be read at all does it
 raise. Torch-free.
+
+Hostile folders are refused as ``open_checkpoint`` refuses them (``loadkit.checkpoint.shards``):
+an index is read bounded and only from a regular file, its entries must be plain file names
+inside the folder, only regular files are read as shards (a FIFO is an unreadable shard, never
+opened), and one file under two spellings or two links is one shard.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from loadkit.checkpoint.reader import INDEX_NAME, Checkpoint, TensorInfo, read_safetensors_header
+from loadkit.checkpoint.shards import _plain_relative, read_index
 from loadkit.errors import CheckpointError, ShardIndexError
 
 
@@ -60,20 +67,48 @@ def _where(files: list[str]) -> str:
 
 
 def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
-    index = folder / INDEX_NAME
-    try:
-        data = json.loads(index.read_text())
-        weight_map = data["weight_map"]
-        if not isinstance(weight_map, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-        ):
-            raise TypeError("weight_map is not an object of key -> shard file name")
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        why = f"unreadable index ({type(exc).__name__}: {exc})"
-        raise ShardIndexError(str(index), why) from None
-    metadata = data.get("metadata") if isinstance(data, dict) else None
+    """The index's ``weight_map`` with each shard spelled plainly (``./a`` -> ``a``), and its
+    ``metadata.total_size``; an entry that could leave the folder is refused."""
+    index = str(folder / INDEX_NAME)
+    data = read_index(index)  # bounded, a regular file, any JSON failure a ShardIndexError
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ShardIndexError(index, "unreadable index: weight_map is not an object")
+    plain_map: dict[str, str] = {}
+    seen: dict[str, str] = {}  # a few shards named thousands of times: each spelling checked once
+    for key, entry in weight_map.items():
+        if isinstance(entry, str) and entry in seen:
+            plain_map[key] = seen[entry]
+            continue
+        plain = _plain_relative(entry)
+        if plain is None:
+            shown = json.dumps(entry, ensure_ascii=True)
+            why = "not a plain file name inside the folder (no absolute path, no '..')"
+            why = why if isinstance(entry, str) else "not a file name"
+            raise ShardIndexError(index, f"names shard {shown}, which is {why}", key)
+        plain_map[key] = seen[entry] = plain
+    metadata = data.get("metadata")
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
-    return weight_map, total
+    return plain_map, total
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of a regular file (links followed); ``None`` if absent or not one."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _one_per_file(p: Path, names: list[str]) -> dict[str, str]:
+    """Each name -> the first name (sorted) of the same file: two links to one blob, one shard."""
+    first: dict[tuple[int, int], str] = {}
+    out = {}
+    for name in sorted(set(names)):
+        ident = _identity(p / name)
+        out[name] = name if ident is None else first.setdefault(ident, name)
+    return out
 
 
 def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[IndexProblem]]:
@@ -87,20 +122,22 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
         (True, [])
     """
     p = Path(folder)
-    on_disk = sorted(f.name for f in p.glob("*.safetensors"))
-    has_index = (p / INDEX_NAME).exists()
+    on_disk = sorted(f for f in os.listdir(p) if f.endswith(".safetensors"))
+    has_index = os.path.lexists(p / INDEX_NAME)  # a dangling link is an unreadable index
     if has_index:
         weight_map, total_size = _read_index(p)
-        indexed = sorted(set(weight_map.values()))
     else:
-        weight_map, total_size, indexed = {}, None, on_disk
-    others = [f for f in on_disk if f not in set(indexed)]
+        weight_map, total_size = {}, None
+    same = _one_per_file(p, [*on_disk, *weight_map.values()])
+    weight_map = {key: same[shard] for key, shard in weight_map.items()}
+    indexed = sorted(set(weight_map.values())) if has_index else sorted(set(same.values()))
+    others = sorted({same[f] for f in on_disk} - set(indexed))
     problems: list[IndexProblem] = []
     headers: dict[str, dict[str, TensorInfo]] = {}
     metadata: dict[str, dict] = {}
     for shard in [*indexed, *others]:
         path = p / shard
-        if not path.is_file():
+        if not os.path.lexists(path):
             continue  # a missing shard: reported with its keys below
         try:
             headers[shard], metadata[str(path)] = read_safetensors_header(path)
@@ -110,7 +147,7 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
             what += ", ...)" if len(lost) > 3 else (")" if lost else "")
             problems.append(IndexProblem("unreadable shard", None, f"{exc}{what}", (shard,)))
     readable = [s for s in indexed if s in headers]
-    if not readable:
+    if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
         what = "no shard the index names" if has_index else "no *.safetensors file in it"
         raise ShardIndexError(str(p), f"{what} can be read; nothing to inspect")
 
@@ -177,7 +214,7 @@ def _index_vs_shards(
 ) -> list[IndexProblem]:
     """Index entries whose shard is missing, or does not hold the key."""
     problems = []
-    exists = {shard: (p / shard).is_file() for shard in indexed}  # one stat per shard
+    exists = {shard: os.path.lexists(p / shard) for shard in indexed}  # one stat per shard
     for key, shard in weight_map.items():
         if not exists[shard]:
             where = located.get(key, [])

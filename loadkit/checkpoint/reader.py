@@ -1,22 +1,31 @@
 """Opening safetensors checkpoints from their headers alone (SPEC 8, 9).
 
 ``open_checkpoint`` reads only the 8-byte length and the JSON header of each shard, validates
-them against the file sizes and builds ``.tensors``; tensor bytes are read when ``.weights()`` is
-iterated. torch is imported only there, so the header-only inspector runs without it.
+them exactly as strictly as the safetensors library does (``loadkit.checkpoint.header``) and
+builds ``.tensors``; tensor bytes are read when ``.weights()`` is iterated. torch is imported only
+there, so the header-only inspector runs without it. Which files a path stands for, and opening
+them safely, is ``loadkit.checkpoint.shards``.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint.dtypes import DTYPES, torch_dtype_name, torch_shape
+from loadkit.checkpoint.header import (
+    MAX_HEADER_BYTES,
+    HeaderProblem,
+    TruncatedData,
+    check_layout,
+    parse_header,
+    parse_metadata,
+)
+from loadkit.checkpoint.shards import INDEX_NAME, open_regular, shard_files
 from loadkit.errors import (
-    CheckpointError,
     DuplicateKeyError,
     HeaderError,
     ShardIndexError,
@@ -26,27 +35,15 @@ from loadkit.errors import (
 if TYPE_CHECKING:
     import torch
 
-INDEX_NAME = "model.safetensors.index.json"
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
-
-# safetensors dtype -> (torch dtype attribute, bytes per element)
-DTYPES: dict[str, tuple[str, int]] = {
-    "F64": ("float64", 8),
-    "F32": ("float32", 4),
-    "F16": ("float16", 2),
-    "BF16": ("bfloat16", 2),
-    "F8_E4M3": ("float8_e4m3fn", 1),
-    "F8_E5M2": ("float8_e5m2", 1),
-    "I64": ("int64", 8),
-    "I32": ("int32", 4),
-    "I16": ("int16", 2),
-    "I8": ("int8", 1),
-    "U64": ("uint64", 8),
-    "U32": ("uint32", 4),
-    "U16": ("uint16", 2),
-    "U8": ("uint8", 1),
-    "BOOL": ("bool", 1),
-}
+__all__ = [
+    "DTYPES",
+    "INDEX_NAME",
+    "MAX_HEADER_BYTES",
+    "Checkpoint",
+    "TensorInfo",
+    "open_checkpoint",
+    "read_safetensors_header",
+]
 
 
 class TensorInfo(NamedTuple):
@@ -64,101 +61,64 @@ class TensorInfo(NamedTuple):
         return math.prod(self.shape)
 
 
-def read_safetensors_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict]:
-    """Parse and validate one file's header: (tensors in data-offset order, ``__metadata__``)."""
-    file = str(path)
-    try:
-        size = os.path.getsize(file)
-        with open(file, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise TruncatedCheckpointError(
-                    file, f"file is {size} bytes, too short for the 8-byte header length"
-                )
-            n = int.from_bytes(head, "little")
-            if n > size - 8:
-                raise TruncatedCheckpointError(
-                    file, f"header claims {n} bytes but only {size - 8} follow the length field"
-                )
-            if n > MAX_HEADER_BYTES:
-                raise HeaderError(file, f"header of {n} bytes exceeds {MAX_HEADER_BYTES}")
-            raw = f.read(n)
-    except OSError as exc:
-        raise CheckpointError(file, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(file, f"header is not valid JSON ({exc})") from None
-    if not isinstance(header, dict):
-        raise HeaderError(file, f"header is JSON {type(header).__name__}, not an object")
-    metadata = header.pop("__metadata__", None) or {}
-    base = 8 + n
-    infos = [_tensor_info(file, key, spec, base, size) for key, spec in header.items()]
-    infos.sort(key=lambda t: t.offset)
-    for prev, cur in itertools.pairwise(infos):
-        if cur.offset < prev.offset + prev.nbytes:
+def read_safetensors_header(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, TensorInfo], str | None]:
+    """Parse and validate one file's header: (tensors in data-offset order, the ``__metadata__``
+    JSON text or ``None``). Refuses what the safetensors library refuses, with a
+    ``loadkit.errors.CheckpointError`` naming the file and the key."""
+    file = os.fspath(path)
+    fd = open_regular(file)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) < 8:
+            raise TruncatedCheckpointError(
+                file, f"file is {size} bytes, too short for the 8-byte header length"
+            )
+        n = int.from_bytes(head, "little")
+        if n > MAX_HEADER_BYTES:
             raise HeaderError(
-                file,
-                f"data overlaps the data of '{prev.name}' (data_offsets overlap)",
-                key=cur.name,
+                file, f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
             )
-    return {t.name: t for t in infos}, metadata
-
-
-def _tensor_info(file: str, key: str, spec: Any, base: int, size: int) -> TensorInfo:
-    if not isinstance(spec, dict) or not {"dtype", "shape", "data_offsets"} <= spec.keys():
-        raise HeaderError(file, f"entry must have dtype, shape and data_offsets, got {spec!r}", key)
-    dtype, shape, offsets = spec["dtype"], spec["shape"], spec["data_offsets"]
-    if dtype not in DTYPES:
-        raise HeaderError(file, f"unknown dtype {dtype!r} (shape {shape})", key)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise HeaderError(file, f"shape {shape!r} is not a list of non-negative integers", key)
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise HeaderError(file, f"data_offsets {offsets!r} are not [begin, end]", key)
-    need = math.prod(shape) * DTYPES[dtype][1]
-    span = offsets[1] - offsets[0]
-    if need != span:
-        raise HeaderError(
-            file,
-            f"shape {shape} of dtype {dtype} needs {need} bytes but data_offsets {offsets} "
-            f"span {span}",
-            key,
-        )
-    if base + offsets[1] > size:
-        raise TruncatedCheckpointError(
-            file,
-            f"tensor of shape {shape} ({dtype}) ends at byte {base + offsets[1]} "
-            f"but the file has {size} bytes",
-            key,
-        )
-    return TensorInfo(key, dtype, tuple(shape), span, file, base + offsets[0])
-
-
-def _index_shards(folder: Path) -> list[Path]:
-    index = folder / INDEX_NAME
+        if n > size - 8:
+            raise TruncatedCheckpointError(
+                file, f"header claims {n} bytes but only {size - 8} follow the length field"
+            )
+        # The start first: a header that is not an object is refused before 100 MB are read.
+        raw = bytearray(n)
+        view = memoryview(raw)
+        got = f.readinto(view[: min(n, 4096)])
+        start = raw[:got].lstrip(b" \t\n\r")[:1]
+        if start and start != b"{":
+            raise HeaderError(file, f"the header is not an object (it starts {bytes(start)!r})")
+        if got < n:
+            got += f.readinto(view[got:]) or 0
+        view.release()
+    if got != n:
+        raise TruncatedCheckpointError(file, f"read {got} of the header's {n} bytes")
     try:
-        data = json.loads(index.read_text())
-        weight_map = data["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ShardIndexError(
-            str(index), f"unreadable index ({type(exc).__name__}: {exc})"
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(
+            file, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})"
         ) from None
-    shards: dict[str, list[str]] = {}
-    for key, shard in weight_map.items():
-        shards.setdefault(shard, []).append(key)
-    for shard, keys in shards.items():
-        if not (folder / shard).is_file():
-            raise ShardIndexError(
-                str(index), f"names shard '{shard}', which does not exist in {folder}", keys[0]
-            )
-    return [folder / s for s in sorted(shards)]
+    del raw  # the text replaces it: a 100 MB header is held once
+    try:
+        entries, metadata = parse_header(text)
+        del text
+        ordered = check_layout(entries, size - 8 - n)
+    except TruncatedData as exc:
+        raise TruncatedCheckpointError(file, exc.message, exc.key) from None
+    except HeaderProblem as exc:
+        raise HeaderError(file, exc.message, exc.key) from None
+    base = 8 + n
+    new = tuple.__new__  # skips the NamedTuple's Python-level __new__ (a million entries: 0.3 s)
+    tensors = {
+        e.name: new(TensorInfo, (e.name, e.dtype, e.shape, e.end - e.begin, file, base + e.begin))
+        for e in ordered
+    }
+    return tensors, metadata
 
 
 class Checkpoint:
@@ -167,12 +127,25 @@ class Checkpoint:
     # A plain class, not a dataclass: importing dataclasses costs the header-only inspector
     # about 20 ms (it pulls in inspect, ast, dis), as much as parsing 2000 names.
     def __init__(
-        self, path: str, files: list[str], tensors: dict[str, TensorInfo], metadata: dict[str, dict]
+        self,
+        path: str,
+        files: list[str],
+        tensors: dict[str, TensorInfo],
+        metadata_text: dict[str, str | None],
     ) -> None:
         self.path = path
         self.files = files
         self.tensors = tensors
-        self.metadata = metadata
+        self._metadata_text = metadata_text
+        self._metadata: dict[str, dict[str, str]] | None = None
+
+    @property
+    def metadata(self) -> dict[str, dict[str, str]]:
+        """File -> its ``__metadata__`` (``{}`` without one); decoded on first use, so a header
+        whose metadata is huge costs nothing until it is asked for."""
+        if self._metadata is None:
+            self._metadata = {f: parse_metadata(t) for f, t in self._metadata_text.items()}
+        return self._metadata
 
     @property
     def total_bytes(self) -> int:
@@ -184,9 +157,10 @@ class Checkpoint:
     def weights(self, *, reuse_buffer: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, tensor)`` lazily: shards in file-name order, tensors in data order.
 
-        With ``reuse_buffer=True`` every tensor is a view into one buffer that the next tensor
-        overwrites, as streaming loaders do: a consumer that holds a view without cloning it sees
-        later data.
+        Each tensor has the dtype and shape ``safetensors.torch.load_file`` gives it, and the
+        same bytes. With ``reuse_buffer=True`` every tensor is a view into one buffer that the
+        next tensor overwrites, as streaming loaders do: a consumer that holds a view without
+        cloning it sees later data.
         """
         import torch
 
@@ -197,11 +171,7 @@ class Checkpoint:
         for info in self.tensors.values():
             by_file.setdefault(info.file, []).append(info)
         for file in self.files:
-            try:
-                f = open(file, "rb")
-            except OSError as exc:
-                raise CheckpointError(file, f"cannot read: {exc.strerror or exc}") from None
-            with f:
+            with os.fdopen(open_regular(file), "rb") as f:
                 for info in by_file.get(file, []):
                     buf = shared[: info.nbytes] if shared is not None else None
                     yield info.name, _read_tensor(f, info, buf)
@@ -226,49 +196,43 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
             f"read {got} of {info.nbytes} bytes for shape {list(info.shape)} (file changed?)",
             info.name,
         )
-    tensor = buf.view(getattr(torch, DTYPES[info.dtype][0])).reshape(info.shape)
+    dtype = getattr(torch, torch_dtype_name(info.dtype))
+    tensor = buf.view(dtype).reshape(torch_shape(info.dtype, info.shape))
     tensor.loadkit_file = info.file  # lets load errors name the file
     return tensor
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Open a ``.safetensors`` file or a folder of shards (with or without an index)."""
-    p = Path(path)
-    if p.is_file():
-        files = [p]
-    elif p.is_dir():
-        if (p / INDEX_NAME).exists():
-            files = _index_shards(p)
-        else:
-            files = sorted(p.glob("*.safetensors"))
-            if not files:
-                raise CheckpointError(str(p), "folder holds no *.safetensors files and no index")
-    else:
-        raise CheckpointError(str(p), "no such file or folder")
+    """Open a ``.safetensors`` file or a folder of shards (with or without an index).
 
+    >>> ck = open_checkpoint("data/plamo2/model.safetensors")  # doctest: +SKIP
+    >>> ck.tensors["lm_head.weight"].shape  # doctest: +SKIP
+    (256, 64)
+    """
+    shards = shard_files(path)
     tensors: dict[str, TensorInfo] = {}
-    metadata: dict[str, dict] = {}
-    for file in files:
+    metadata: dict[str, str | None] = {}
+    for file in shards.files:
         infos, meta = read_safetensors_header(file)
-        metadata[str(file)] = meta
+        metadata[file] = meta
         for name, info in infos.items():
             if name in tensors:
                 raise DuplicateKeyError(
-                    str(file),
+                    file,
                     f"also stored in {tensors[name].file} (shapes {list(tensors[name].shape)} "
                     f"and {list(info.shape)})",
                     name,
                 )
             tensors[name] = info
-    if p.is_dir() and (p / INDEX_NAME).exists():
-        weight_map = json.loads((p / INDEX_NAME).read_text())["weight_map"]
-        shard_files = {shard: str(p / shard) for shard in set(weight_map.values())}
-        for key, shard in weight_map.items():
+    if shards.weight_map is not None:
+        for key, file in shards.weight_map.items():
             info = tensors.get(key)
-            if info is None or info.file != shard_files[shard]:
+            if info is None or info.file != file:
+                where = "no shard" if info is None else f"{info.file}"
                 raise ShardIndexError(
-                    str(p / INDEX_NAME),
-                    f"says shard '{shard}' holds it, but that shard does not",
+                    str(shards.index),
+                    f"says shard '{os.path.basename(file)}' holds it, but {where} does "
+                    f"({file} does not)",
                     key,
                 )
-    return Checkpoint(str(p), [str(f) for f in files], tensors, metadata)
+    return Checkpoint(str(Path(path)), shards.files, tensors, metadata)

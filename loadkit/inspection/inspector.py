@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
-from loadkit.errors import LoadkitError, MapperConfigError
+from loadkit.errors import LoadkitError, MapperConfigError, printable
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.options import LoadRules
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # `dataclasses` imports `inspect` (and ast, dis, tokenize), a third of a small run's time.
 
 SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
+MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 # --- sections -----------------------------------------------------------------------------------
 
@@ -298,21 +299,35 @@ def parse_mapper(
         return WeightsMapper.from_json(rules)
     text = str(rules)
     source = "--mapper"
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith(("{", "[")):
+        from loadkit.checkpoint.shards import open_regular
+
         path = Path(text)
-        if not path.is_file():
+        try:
+            exists = path.exists()
+        except (OSError, ValueError):  # a name too long, or with a NUL byte
+            exists = False
+        if not exists:
+            shown = text if len(text) <= 80 else text[:77] + "..."
             raise MapperConfigError(
-                f"--mapper {text!r}: neither JSON rules (an object such as "
+                f"--mapper {shown!r}: neither JSON rules (an object such as "
                 '{"orig_to_new_prefix": {"model.": ""}}) nor a readable JSON file'
             )
         source = str(path)
+        fd = open_regular(source, lambda m: MapperConfigError(f"{printable(source)}: {m}"))
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_MAPPER_BYTES + 1)
+        if len(raw) > MAX_MAPPER_BYTES:
+            raise MapperConfigError(f"{printable(source)}: larger than {MAX_MAPPER_BYTES} bytes")
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MapperConfigError(f"{path}: cannot read mapper rules: {exc}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MapperConfigError(f"{printable(source)}: not UTF-8 ({exc.reason})") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise MapperConfigError(f"{source}: mapper rules nest too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
         raise MapperConfigError(f"{source}: mapper rules are not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise MapperConfigError(

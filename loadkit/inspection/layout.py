@@ -9,7 +9,9 @@ tensor node of a folded tree knows its siblings: the shape most of them have, th
 (``[8, 16] in encoder.layer.3``) and the instances that lack it (``missing in encoder.layer.4``).
 
 Torch-free and built in one pass over the names (counts are summed bottom-up afterwards): the
-header-only inspector builds it for checkpoints of any size.
+header-only inspector builds it for checkpoints of any size. Any name fits: a name of more than
+``MAX_DEPTH`` components keeps its tail as one node, a component of more than 18 digits is not
+folded, and a folded label that a literal component already spells (``{0}``) gets a ``'``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from loadkit.errors import LoadkitError
+from loadkit.errors import LoadkitError, printable
 
-_NUMBERED = "#"  # the key numbered siblings share while a folded tree is built
+_NUMBERED = object()  # the key numbered siblings share while a folded tree is built
+MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)
+_MAX_INDEX_DIGITS = 18  # a longer number is a name, not an index (int() refuses 4300+ digits)
 
 
 def fmt_bytes(n: int) -> str:
@@ -63,7 +67,7 @@ class LayoutNode:
         self.tensors = 0  # tensors at or below
         self.nbytes = 0
         self.dtypes: dict[str, int] = {}  # dtype -> tensors at or below
-        self.children: dict[str, LayoutNode] = {}
+        self.children: dict[Any, LayoutNode] = {}  # by name; by _NUMBERED while folding
         self.is_tensor = False  # a tensor's name ends exactly here
         self.instances = 1  # how many numbered siblings a folded node stands for
         self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
@@ -91,7 +95,7 @@ class LayoutNode:
     def find(self, path: str) -> LayoutNode | None:
         """The node at ``path`` (folded labels included, e.g. ``"layers.{0-27}"``)."""
         node = self
-        for part in path.split(".") if path else ():
+        for part in path.split(".", MAX_DEPTH - 1) if path else ():
             found = node.children.get(part)
             if found is None:
                 return None
@@ -220,7 +224,8 @@ def _rows(
     max_children: int,
     max_depth: int | None,
 ) -> None:
-    label = f"{head}.{node.name}" if head else node.name
+    name = printable(node.name)  # a control character in a name stays on its row
+    label = f"{head}.{name}" if head else name
     # A chain of single children reads better as one row: "embed_tokens.weight".
     if len(node.children) == 1 and not node.is_tensor and node.instances == 1:
         child = next(iter(node.children.values()))
@@ -272,15 +277,16 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
         node = root
         index: list[int] = []  # the numbers folded on the way down
         folds: list[LayoutNode] = []  # the folded nodes they were folded into
-        for part in name.split("."):
-            key = _NUMBERED if fold and part.isdigit() and part.isascii() else part
+        for part in name.split(".", MAX_DEPTH - 1):
+            numbered = fold and part.isdigit() and part.isascii() and len(part) <= _MAX_INDEX_DIGITS
+            key = _NUMBERED if numbered else part
             child = node.children.get(key)
             if child is None:
-                child = node.children[key] = LayoutNode(key)
-                if key == _NUMBERED:
+                child = node.children[key] = LayoutNode("" if numbered else part)
+                if numbered:
                     child._indices = set()
                     child._universe = set()
-            if key == _NUMBERED:
+            if numbered:
                 child._indices.add(int(part))  # type: ignore[union-attr]
                 index.append(int(part))
                 folds.append(child)
@@ -297,7 +303,7 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
         node._where.append((tuple(index), shape, dtype))
         for depth, folded in enumerate(folds, 1):
             folded._universe.add(tuple(index[:depth]))  # type: ignore[union-attr]
-    _finish(root, "")  # ... and is summed into every node above it here
+    _finish(root, "", root=True)  # ... and is summed into every node above it here
     for node, *_, folds in own:
         if node._where:
             _describe(node, folds)
@@ -346,7 +352,7 @@ def _place(folds: list[LayoutNode], index: tuple[int, ...]) -> str:
     return ".".join(parts)
 
 
-def _finish(node: LayoutNode, path: str) -> None:
+def _finish(node: LayoutNode, path: str, root: bool = False) -> None:
     node.path = path
     if not node.children:
         return
@@ -356,7 +362,9 @@ def _finish(node: LayoutNode, path: str) -> None:
             child.name = "{" + _ranges(child._indices) + "}"
             child.instances = len(child._indices)
             child._indices = None
-        _finish(child, f"{path}.{child.name}" if path else child.name)
+        while child.name in children:  # a literal "{0}" next to a folded {0}: keep both
+            child.name += "'"
+        _finish(child, child.name if root else f"{path}.{child.name}")  # ".a": "" then ".a"
         children[child.name] = child
         node.tensors += child.tensors
         node.nbytes += child.nbytes

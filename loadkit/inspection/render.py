@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from loadkit.errors import printable
 from loadkit.inspection.casts import kind
 from loadkit.inspection.layout import fmt_bytes
 
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from loadkit.inspection.inspector import InspectReport, LoadReport
     from loadkit.inspection.layout import LayoutNode
     from loadkit.pooling.probe import ProbeVerdict
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(printable(n) for n in names)
 
 
 def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> list[str]:
@@ -29,18 +34,18 @@ def _checkpoint(r: InspectReport) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
-        f"checkpoint  {c.path}",
+        f"checkpoint  {printable(c.path)}",
         f"  {len(c.files)} file(s), {n} tensors, {fmt_bytes(c.total_bytes)}",
         "  dtypes  "
         + ", ".join(f"{d} {k} tensors ({fmt_bytes(b)})" for d, (k, b) in c.dtypes.items()),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path):
-        width = max(len(os.path.basename(s.file)) for s in c.files)
+        names = [printable(os.path.basename(s.file)) for s in c.files]
+        width = max(map(len, names), default=0)
         lines.append("  shards")
         lines += [
-            f"    {os.path.basename(s.file).ljust(width)}  {s.tensors:>6} tensors  "
-            f"{fmt_bytes(s.nbytes):>10}"
-            for s in c.files
+            f"    {name.ljust(width)}  {s.tensors:>6} tensors  {fmt_bytes(s.nbytes):>10}"
+            for name, s in zip(names, c.files, strict=True)
         ]
     if c.problems:
         failing = len(c.failing)
@@ -49,8 +54,8 @@ def _checkpoint(r: InspectReport) -> list[str]:
             + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
         )
         for p in c.problems:
-            what = f"'{p.key}': " if p.key else ""
-            lines.append(f"    {p.kind}: {what}{p.message}")
+            what = f"'{printable(p.key)}': " if p.key else ""
+            lines.append(f"    {p.kind}: {what}{printable(p.message)}")
     return lines
 
 
@@ -63,18 +68,19 @@ def _mapper(r: InspectReport, limit: int) -> list[str]:
         f"{m.unchanged} unchanged"
     ]
     if m.note:
-        lines.append(f"  note: {m.note}")
+        lines.append(f"  note: {printable(m.note)}")
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"
         lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
         if use.origin:
-            lines.append(f"           {use.origin}")
+            lines.append(f"           {printable(use.origin)}")
         if use.example:
-            lines.append(f"           e.g. {use.example[0]} -> {use.example[1]}")
+            before, after = (printable(str(x)) for x in use.example)
+            lines.append(f"           e.g. {before} -> {after}")
     if m.dropped:
         lines.append(f"  dropped keys ({len(m.dropped)})")
-        rows = [f"    {k}  ({rule})" for k, rule in m.dropped]
+        rows = [f"    {printable(k)}  ({printable(rule)})" for k, rule in m.dropped]
         lines += _capped(rows, len(rows), limit)
     return lines
 
@@ -86,7 +92,7 @@ def _backend(b: dict[str, Any]) -> list[str]:
         f"{b.get('transformers_class')} (model_type {b.get('model_type')!r}) as self.model",
     ]
     if b.get("config"):
-        lines.append(f"  config  {b['config']}")
+        lines.append(f"  config  {printable(str(b['config']))}")
     if b.get("wrapper_reason"):
         lines.append(f"  wrapper {b.get('wrapper')}: {b['wrapper_reason']}")
     skips = [f"skip_prefixes {b['skip_prefixes']}"] if b.get("skip_prefixes") else []
@@ -102,7 +108,7 @@ def _verdict(v: ProbeVerdict) -> str:
     cost = f"clones {v.walked} {noun} ({fmt_bytes(v.cloned_bytes)}{whole})"
     if not v.hit:
         return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
-    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{v.hit_key}': {cost}"
+    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
 
 
 def _fix(fix: SuggestedFix, limit: int) -> list[str]:
@@ -117,7 +123,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
         key, tensor = s.pairs[0]
         lines.append(
             f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {len(s.pairs)} keys, "
-            f"e.g. {key} -> {tensor}"
+            f"e.g. {printable(key)} -> {printable(tensor)}"
         )
     lines.append(f"  {fix.flag}")
     if not fix.complete:
@@ -129,7 +135,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
         lines.append(f"  would load cleanly with {these}")
     else:
         lines.append(
-            f"  with {these} it would still NOT load: {'; '.join(fix.result.problems())}"
+            f"  with {these} it would still NOT load: {_problems(fix.result.problems())}"
         )
     return lines
 
@@ -149,7 +155,7 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
         if majority is not None and g.from_dtype != majority:
             notes.append(f"unlike the checkpoint's {majority} tensors")
         note = f"  ({'; '.join(notes)})" if notes else ""
-        shown = ", ".join(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
+        shown = _names(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
         noun = "tensor " if n == 1 else "tensors"
         rows.append(
             f"    {n:>5} {noun} {g.from_dtype} -> {g.to_dtype}{verdict}{note}\n"
@@ -173,7 +179,7 @@ def _load(
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
     if load.failure:
-        lines.append(f"  load failed: {load.failure}")
+        lines.append(f"  load failed: {printable(load.failure)}")
     explained = fix.explained_keys() if fix else {}
     by_fix = {tensor for s in fix.suggestions for _, tensor in s.pairs} if fix else set()
 
@@ -189,11 +195,11 @@ def _load(
     section(
         "unexpected names",
         [
-            f"    {u.name}"
+            f"    {printable(u.name)}"
             + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
-            + (f"  (looked up as '{u.looked_up}')" if u.looked_up != u.name else "")
-            + (f"\n      nearest: {', '.join(u.suggestions)}" if u.suggestions else "")
-            + f"\n      {u.message}"
+            + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
+            + (f"\n      nearest: {_names(u.suggestions)}" if u.suggestions else "")
+            + f"\n      {printable(u.message)}"
             for u in unexpected
         ],
         len(load.unexpected),
@@ -203,9 +209,9 @@ def _load(
     section(
         "missing: model tensors never filled",
         [
-            f"    {m.name}  {list(m.shape)} {m.dtype}"
+            f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
             + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
-            + (f"\n      renamed? unused key: {', '.join(m.suggestions)}" if m.suggestions else "")
+            + (f"\n      renamed? unused key: {_names(m.suggestions)}" if m.suggestions else "")
             for m in missing
         ],
         len(load.missing),
@@ -214,7 +220,7 @@ def _load(
     section(
         "shape mismatches",
         [
-            f"    {s.name} -> {s.param}: parameter "
+            f"    {printable(s.name)} -> {printable(s.param)}: parameter "
             f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
             f"checkpoint {list(s.weight_shape)}"
             for s in load.shape_mismatches
@@ -225,7 +231,7 @@ def _load(
     if load.errors:
         section(
             "load errors",
-            [f"    {e.name}: {e.message}" for e in load.errors],
+            [f"    {printable(e.name)}: {printable(e.message or '')}" for e in load.errors],
             len(load.errors),
         )
     # Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
@@ -240,12 +246,10 @@ def _load(
         total = sum(len(v) for v in groups.values())
         rows = []
         for (status, reason), names in groups.items():
-            shown = ", ".join(names[:2]) + (
-                f", ... ({len(names)} in all)" if len(names) > 2 else ""
-            )
-            rows.append(f"    {len(names):>5} {status}: {reason}\n            {shown}")
+            shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
+            rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
         section("other keys, not loaded", rows, total)
-    lines += [f"  note: {n}" for n in load.notes]
+    lines += [f"  note: {printable(n)}" for n in load.notes]
     return lines
 
 
@@ -258,7 +262,7 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
     odd = list(r.folded_layout.odd_ones())
     if odd:
         lines.append(f"  folded siblings that differ ({len(odd)}):")
-        rows = [f"    {n.path}: {_odd(n)}" for n in odd]
+        rows = [f"    {printable(n.path)}: {_odd(n)}" for n in odd]
         lines += _capped(rows, len(rows), limit)
     tree = r.folded_layout.render(max_depth=max_depth)
     lines += ["  " + row for row in tree.splitlines()]
@@ -269,7 +273,7 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
         lines += [
             "",
-            f"model  {m.spec}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
+            f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, {fmt_bytes(m.nbytes)} "
             f"(built on meta: no memory used); loads with {own}",
         ]
         if m.backend:
@@ -287,12 +291,12 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
     tp = r.tensor_parallel
     if tp is not None:
-        lines += ["", *tp.render(limit)]
+        lines += ["", *(printable(line) for line in tp.render(limit))]
     lines.append("")
     tp_problems = tp.problems() if tp is not None else []
     if r.clean is None and r.checkpoint.failing:
         lines.append(
-            f"verdict: the index disagrees with its shards: {'; '.join(r.problems())}; no model "
+            f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
             "given, so names were not matched (exit 1)"
         )
     elif r.clean is None:
@@ -301,7 +305,7 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
         where = f" on each of {tp.tp} ranks" if tp is not None else ""
         lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
-        lines.append(f"verdict: would NOT load: {'; '.join(r.problems())} (exit 1)")
+        lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.result.clean:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)
@@ -310,10 +314,14 @@ def render_report(r: InspectReport, *, limit: int = 20, max_depth: int | None = 
 def _odd(node: LayoutNode) -> str:
     parts = [v.text(usual=True) for v in node.variants]
     if node.missing_in:
-        parts.append(f"missing in {', '.join(node.missing_in)}")
+        parts.append(f"missing in {_names(node.missing_in)}")
     if node.only_in:
-        parts.append(f"only in {', '.join(node.only_in)} (of {node.of})")
+        parts.append(f"only in {_names(node.only_in)} (of {node.of})")
     return "; ".join(parts)
+
+
+def _problems(problems: list[str]) -> str:
+    return "; ".join(printable(p) for p in problems)
 
 
 def _torch_name(safetensors_dtype: str) -> str:

@@ -580,10 +580,15 @@ def config_from_checkpoint(tensors: Mapping[str, TensorInfo]) -> Plamo2Config:
         )
     mamba = [f"model.layers.layers.{i}.mixer.A" in by_name for i in layers]
     n = len(layers)
+    # The smallest mamba_step that reproduces the pattern. Only a few can: with the first
+    # attention layer at a, either step // 2 == a, or the layers are so few (n <= step // 2)
+    # that only the last one attends, as for every step from 2n on. Trying just those keeps
+    # this linear in the layers (trying every step was quadratic).
+    first = mamba.index(False) if False in mamba else n
     step = next(
         (
             s
-            for s in range(2, 2 * n + 3)
+            for s in sorted({2 * first, 2 * first + 1, 2 * n} & set(range(2, 2 * n + 3)))
             if [Plamo2Config(num_hidden_layers=n, mamba_step=s).is_mamba(i) for i in layers]
             == mamba
         ),

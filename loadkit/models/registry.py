@@ -61,9 +61,9 @@ def _import(module_name: str, spec: str) -> Any:
         sys.modules.setdefault(path.stem, module)
         try:
             mod_spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ModelSpecError(
-                f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+                f"--model {spec!r}: importing {module_name} failed: {_describe(exc)}"
             ) from exc
         return module
     try:
@@ -77,10 +77,18 @@ def _import(module_name: str, spec: str) -> Any:
         raise ModelSpecError(
             f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
         ) from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelSpecError(
-            f"--model {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+            f"--model {spec!r}: importing {module_name} failed: {_describe(exc)}"
         ) from exc
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line; a ``SystemExit`` says that the code tried to exit."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) instead of returning"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _attr(obj: Any, dotted: str, spec: str) -> Any:
@@ -179,10 +187,9 @@ def _on_meta(build: Callable[[], Any], spec: str) -> nn.Module:
             model = build()
     except LoadkitError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # user code: a SystemExit must not end the run
         raise ModelSpecError(
-            f"--model {spec!r}: building the model on the meta device failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"--model {spec!r}: building the model on the meta device failed: {_describe(exc)}"
         ) from exc
     if not isinstance(model, nn.Module):
         raise ModelSpecError(
@@ -203,7 +210,15 @@ def build_builtin(name: str, tensors: Mapping[str, TensorInfo]) -> nn.Module:
     module = _import(module_name, name)
     cls = _attr(module, attr, name)
     sizer = _attr(module, "config_from_checkpoint", name)
-    config = sizer(tensors)  # a LoadkitError here: the checkpoint does not look like this model
+    try:
+        config = sizer(tensors)  # a LoadkitError: the checkpoint does not look like this model
+    except LoadkitError:
+        raise
+    except Exception as exc:  # hostile but valid shapes the sizer did not foresee
+        raise ModelSpecError(
+            f"--model {name!r}: the checkpoint's names and shapes do not describe a {name} "
+            f"model ({_describe(exc)})"
+        ) from exc
     return _on_meta(lambda: cls(config), name)
 
 

@@ -120,13 +120,14 @@ class _Bars:
     job: int = -1
 
     def update(self, store: Any, job: int) -> None:
-        """Bars for ``job`` at the counts the ranks posted; a job that started and finished
-        between two polls still gets its bars, at its final counts."""
         from tqdm import tqdm
 
-        while self.job < job:  # each job streams the checkpoint again: fresh bars
-            self._refresh(store)
-            self.close()
+        # A new job streams the checkpoint again: fresh bars. Every job gets its bars, even one
+        # whose results all arrived between two polls (the supervisor skips polling then).
+        while self.job < job:
+            self._refresh(store)  # the finished job's final counts
+            for bar in self.bars:
+                bar.close()
             self.job += 1
             name = self.spec.jobs[self.job].name
             self.bars = [
@@ -138,7 +139,10 @@ class _Bars:
     def _refresh(self, store: Any) -> None:
         for r, bar in enumerate(self.bars):
             done = store.add(f"progress/{self.job}/{r}", 0)
-            bar.update(max(done - bar.n, 0))
+            if done >= self.total:  # set silently: close() prints the full bar, once
+                bar.n = done
+            else:
+                bar.update(max(done - bar.n, 0))
 
     def close(self) -> None:
         for bar in self.bars:

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.dtypes import torch_dtype_name, torch_shape
+from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.records import ModelSummary
 from loadkit.loading.ledger import model_tensors
 from loadkit.loading.meta import to_meta
@@ -101,8 +102,9 @@ def meta_weight(info: TensorInfo) -> torch.Tensor:
         >>> w.dtype, w.clone().t().loadkit_key
         (torch.bfloat16, 'a.weight')
     """
-    dtype = getattr(torch, DTYPES[info.dtype][0])
-    t = torch.empty(info.shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
+    dtype = getattr(torch, torch_dtype_name(info.dtype))
+    shape = torch_shape(info.dtype, info.shape)  # F4: two values per torch element
+    t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
     t.__dict__["loadkit_file"] = info.file  # load errors name the file, as for real tensors
     t.__dict__["loadkit_key"] = info.name  # names the key through delegation and renaming
     return t

@@ -87,7 +87,7 @@ def _recording_loader(name: str, loader: Any, recorder: Recorder) -> Any:
         call = recorder.call(name, param, loaded_weight)
         try:
             return loader(param, loaded_weight, *args, **kwargs)
-        except Exception as exc:  # collected: the report lists every failing load
+        except (Exception, SystemExit) as exc:  # collected: the report lists every failing load
             call.error = exc
             return None
 

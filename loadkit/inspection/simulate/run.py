@@ -124,7 +124,7 @@ def simulate(
                         own(stream)
                     else:  # as the pooling adapter and upstream load a model without one
                         AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # the model's own code may sys.exit
                 culprit = now.current
                 if now.exhausted or culprit is None or culprit in out.excluded:
                     if start:  # a discovery pass got no further: confirm with a full pass

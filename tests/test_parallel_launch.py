@@ -300,3 +300,28 @@ def test_peak_anonymous_memory_per_rank_follows_its_share(tmp_path):
         growth[tp] = [r.anon_growth for r in run.ranks]
     for g in growth[2]:
         assert 0.45 < g / growth[1][0] < 0.65
+
+
+def test_a_job_finished_between_two_polls_still_gets_its_bars(capsys):
+    """The launcher polls the counts the ranks post to the store; when a whole job streamed
+    between two polls, its bars are still shown, at their final counts, before the next job's."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from loadkit.parallel.launcher import _Bars
+    from loadkit.parallel.worker import LaunchSpec
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=5), wait_for_workers=False)
+    spec = LaunchSpec(("x", "x"), 2, tuple(JOBS[:2]), (1,))
+    for rank in (0, 1):
+        store.add(f"progress/0/{rank}", 1000)  # job 0 done before the first poll
+        store.add(f"progress/1/{rank}", 400)
+    bars = _Bars(spec, 1000)
+    bars.update(store, 1)
+    bars.close()
+    err = capsys.readouterr().err
+    for rank in (0, 1):
+        assert re.findall(rf"new rank {rank}: +(\d+)%", err)[-1] == "100"
+        assert re.findall(rf"gguf-rank/old rank {rank}: +(\d+)%", err)[-1] == "40"
+    assert err.index("new rank 0") < err.index("gguf-rank/old rank 0")

@@ -54,3 +54,13 @@ def test_chart_bundle_has_text_and_a_picture_when_one_can_be_made(monkeypatch):
         assert chart.static_image_status().startswith("unavailable")
     else:
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and chart.static_image_status() == "made"
+
+
+# The notebooks whose printed lines already fit in saved.MAX_COLUMNS: they must keep fitting.
+NARROW = ("03_layerwise_reload.ipynb", "05_tensor_parallel.ipynb")
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_printed_lines_fit_in_max_columns(name):
+    path = Path(__file__).resolve().parents[1] / "notebooks" / name
+    assert saved.problems(path) == []

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from loadkit.checkpoint.reader import INDEX_NAME, Checkpoint, TensorInfo, read_safetensors_header
-from loadkit.checkpoint.shards import _plain_relative, read_index
+from loadkit.checkpoint.shards import plain_relative, read_index
 from loadkit.errors import CheckpointError, ShardIndexError
 
 
@@ -80,7 +80,7 @@ def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
         if isinstance(entry, str) and entry in seen:
             plain_map[key] = seen[entry]
             continue
-        plain = _plain_relative(entry)
+        plain = plain_relative(entry)
         if plain is None:
             shown = json.dumps(entry, ensure_ascii=True)
             why = "not a plain file name inside the folder (no absolute path, no '..')"

@@ -124,8 +124,12 @@ def shard_files(path: str | os.PathLike[str]) -> Shards:
     return Shards(sorted(files.values()), None, None)
 
 
-def _plain_relative(entry: Any) -> str | None:
-    """``entry`` normalised (``./a`` -> ``a``), or ``None`` if it may leave the folder."""
+def plain_relative(entry: Any) -> str | None:
+    """An index entry normalised (``./a`` -> ``a``), or ``None`` if it may leave the folder.
+
+    >>> plain_relative(".//sub/./a.safetensors"), plain_relative("../a"), plain_relative("/a")
+    ('sub/a.safetensors', None, None)
+    """
     if not isinstance(entry, str) or not entry or "\0" in entry or "\\" in entry:
         return None
     if posixpath.isabs(entry):
@@ -170,7 +174,7 @@ def _from_index(folder: str, index: str) -> Shards:
     for key, entry in weight_map.items():
         if isinstance(entry, str) and entry in resolved:
             continue
-        plain = _plain_relative(entry)
+        plain = plain_relative(entry)
         if plain is None:
             shown = json.dumps(entry, ensure_ascii=True)
             raise ShardIndexError(

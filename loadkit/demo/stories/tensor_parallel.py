@@ -28,10 +28,7 @@ TPS = (1, 2, 4)
 BEHAVIOURS = ("old", "new")
 JOBS = (Job(), *(Job.for_bug(bug, "old") for bug in BUGS))
 ATOL = 1e-5  # tensor parallelism reorders sums; the dyadic weights keep the values close
-BUG_TITLES = {
-    "gguf-rank": "vllm-gguf-plugin #103: the rank from kwargs.get('tp_rank', 0)",
-    "kv-replication": "vLLM #2379: kv heads not replicated when tp > kv heads",
-}
+BUG_SHORT = {"gguf-rank": "gguf-plugin #103", "kv-replication": "vLLM #2379"}
 
 # The keys the row map shows: layer 0 (the others split alike) and the vocabulary tables.
 L0 = "model.layers.0."
@@ -365,9 +362,6 @@ def outcome(run: TPRun) -> dict[str, Any]:
         out["next token = tp=1's"] = f"{agree} of {len(ref)} positions"
     out["elements loaded"] = " ".join(str(sum(r.loaded_per_layer.values())) for r in run.ranks)
     return out
-
-
-BUG_SHORT = {"gguf-rank": "gguf-plugin #103", "kv-replication": "vLLM #2379"}
 
 
 # --- text for the notebook (what nbval compares) -----------------------------------------------

@@ -61,6 +61,19 @@ class HeaderError(CheckpointError):
     """The safetensors header is missing, not JSON, or describes impossible tensors."""
 
 
+class HeaderProblem(ValueError):
+    """What is wrong with a header, and the key it concerns, before the file is known.
+
+    Raised by ``loadkit.checkpoint.header`` (which reads text, not files); the reader turns it
+    into a ``HeaderError`` naming the file, so it never reaches a user.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+
+
 class ShardIndexError(CheckpointError):
     """``model.safetensors.index.json`` disagrees with the shards on disk."""
 

@@ -141,6 +141,25 @@ def test_the_library_never_imports_the_demo():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_every_exception_class_lives_in_errors():
+    # errors.py says it holds every error; a class deriving from an exception or warning class
+    # anywhere else breaks that (bases checked by name: *Error, *Exception, *Warning).
+    def is_exception(base: ast.expr) -> bool:
+        name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
+        return name.endswith(("Error", "Exception", "Warning"))
+
+    elsewhere = sorted(
+        f"{name}.{node.name}"
+        for name, path in MODULES.items()
+        if name != "loadkit.errors"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and any(is_exception(b) for b in node.bases)
+    )
+    assert elsewhere == []
+    errors = ast.parse(MODULES["loadkit.errors"].read_text())
+    assert sum(isinstance(n, ast.ClassDef) for n in errors.body) > 20  # the check sees classes
+
+
 def test_a_handful_of_top_level_modules():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "errors.py", "fmt.py", "mapper.py", "vocab.py"]

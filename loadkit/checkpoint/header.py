@@ -34,6 +34,7 @@ from math import prod
 from typing import Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES, torch_shape
+from loadkit.errors import HeaderProblem as HeaderProblem  # raised here; defined with the others
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit
 MAX_ENTRY_CHARS = 1 << 20  # loadkit's own limit on one tensor's entry (safetensors has none)
@@ -101,15 +102,6 @@ class HeaderEntry(NamedTuple):
     shape: tuple[int, ...]
     begin: int
     end: int
-
-
-class HeaderProblem(ValueError):
-    """What is wrong with a header, and the key it concerns; the reader adds the file."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.key = key
 
 
 def parse_header(text: str) -> tuple[list[HeaderEntry], str | None]:

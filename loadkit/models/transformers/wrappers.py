@@ -24,15 +24,39 @@ if TYPE_CHECKING:
 
 
 class TransformersForCausalLM(CausalMixin, Base):
-    """A generative transformers model: ``model`` and ``lm_head``."""
+    """A generative transformers model: ``model`` and ``lm_head`` (SPEC 11).
+
+    >>> from transformers import LlamaConfig
+    >>> cfg = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    ...                   num_attention_heads=2, vocab_size=64)
+    >>> m = TransformersForCausalLM(cfg, device="meta")
+    >>> tuple(m.lm_head.weight.shape), m.hf_to_vllm_mapper.map_name("model.norm.weight")
+    ((64, 16), 'model.norm.weight')
+    """
 
 
 class TransformersEmbeddingModel(EmbeddingMixin, LegacyMixin, Base):
-    """An encoder used for embeddings: ``model`` alone, with the legacy skip rules."""
+    """An encoder used for embeddings: ``model`` alone, with the legacy skip rules (SPEC 11).
+
+    >>> from transformers import BertConfig
+    >>> cfg = BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    ...                  num_attention_heads=2, vocab_size=64)
+    >>> m = TransformersEmbeddingModel(cfg, device="meta")
+    >>> type(m.model).__name__, m.skip_prefixes[:2], m.skip_substrs
+    ('BertModel', ['model.lm_head.', 'model.predictions.'], ['position_ids', 'score.bias'])
+    """
 
 
 class TransformersForSequenceClassification(SequenceClassificationMixin, LegacyMixin, Base):
-    """An encoder with transformers' classification head as ``classifier``."""
+    """An encoder with transformers' classification head as ``classifier`` (SPEC 11).
+
+    >>> from transformers import BertConfig
+    >>> cfg = BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    ...                  num_attention_heads=2, vocab_size=64, num_labels=3)
+    >>> m = TransformersForSequenceClassification(cfg, device="meta")
+    >>> tuple(m.classifier.weight.shape)
+    (3, 16)
+    """
 
 
 WRAPPERS: dict[str, type[Base]] = {

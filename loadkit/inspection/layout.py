@@ -16,7 +16,7 @@ folded, and a folded label that a literal component already spells (``{0}``) get
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from loadkit.errors import LoadkitError, printable
@@ -258,6 +258,49 @@ def _ranges(indices: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+# Where a walk down the tree stands: the node, the numbers folded on the way down, and the folded
+# nodes they were folded into.
+_At = tuple[LayoutNode, tuple[int, ...], tuple[LayoutNode, ...]]
+
+
+def _step(at: _At, part: str, fold: bool) -> _At:
+    """One component further down, creating the child (or, folding, the numbered one)."""
+    node, index, folds = at
+    numbered = fold and part.isdigit() and part.isascii() and len(part) <= _MAX_INDEX_DIGITS
+    key = _NUMBERED if numbered else part
+    child = node.children.get(key)
+    if child is None:
+        child = node.children[key] = LayoutNode("" if numbered else part)
+        if numbered:
+            child._indices = set()
+            child._universe = set()
+    if not numbered:
+        return child, index, folds
+    i = int(part)
+    index = (*index, i)
+    child._indices.add(i)  # type: ignore[union-attr]
+    child._universe.add(index)  # type: ignore[union-attr]  # an instance with a tensor below
+    return child, index, (*folds, child)
+
+
+def _walk(prefixes: dict[str, _At], name: str, top: _At, fold: bool) -> _At:
+    """Where ``name`` ends, from the longest of its dotted prefixes already walked."""
+    below: list[tuple[str, str]] = []  # (prefix, its last component), deepest first
+    prefix = name
+    at = prefixes.get(prefix)
+    while at is None:
+        up, dot, last = prefix.rpartition(".")
+        below.append((prefix, last))
+        if not dot:
+            at = top
+            break
+        prefix = up
+        at = prefixes.get(prefix)
+    for prefix, last in reversed(below):
+        at = prefixes[prefix] = _step(at, last, fold)
+    return at
+
+
 def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> LayoutNode:
     """The tree of ``(name, nbytes, dtype)`` or ``(name, nbytes, dtype, shape)`` items, children
     in the order names first appear.
@@ -265,45 +308,36 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
     ``fold=True`` merges numbered siblings as it builds (see the module docstring).
     """
     root = LayoutNode("")
-    own: list[tuple[LayoutNode, int, str, tuple[int, ...] | None, list[int], list[LayoutNode]]] = []
+    top: _At = (root, (), ())
+    # Names share their heads (``model.layers.3.mlp``): each dotted prefix is walked once and
+    # remembered, so a name costs the components below the longest prefix already seen.
+    prefixes: dict[str, _At] = {}
+    firsts: list[tuple[LayoutNode, tuple[LayoutNode, ...]]] = []  # each tensor node, once
     for name, nbytes, dtype, *rest in items:
-        node = root
-        index: list[int] = []  # the numbers folded on the way down
-        folds: list[LayoutNode] = []  # the folded nodes they were folded into
-        for part in name.split(".", MAX_DEPTH - 1):
-            numbered = fold and part.isdigit() and part.isascii() and len(part) <= _MAX_INDEX_DIGITS
-            key = _NUMBERED if numbered else part
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = LayoutNode("" if numbered else part)
-                if numbered:
-                    child._indices = set()
-                    child._universe = set()
-            if numbered:
-                child._indices.add(int(part))  # type: ignore[union-attr]
-                index.append(int(part))
-                folds.append(child)
-            node = child
+        if name.count(".") < MAX_DEPTH:
+            node, index, folds = _walk(prefixes, name, top, fold)
+        else:  # its tail stays one component: walked, never remembered
+            at = top
+            for part in name.split(".", MAX_DEPTH - 1):
+                at = _step(at, part, fold)
+            node, index, folds = at
         node.is_tensor = True
+        if not node._where:
+            firsts.append((node, folds))
         shape = tuple(rest[0]) if rest and rest[0] is not None else None
-        own.append((node, nbytes, dtype, shape, index, folds))
-    for node, nbytes, dtype, shape, index, folds in own:  # each tensor counts at its node ...
-        node.tensors += 1
+        node._where.append((index, shape, dtype))
+        node.tensors += 1  # each tensor counts at its node ...
         node.nbytes += nbytes
         node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
         count, total, _ = node.own or (0, 0, dtype)
         node.own = (count + 1, total + nbytes, dtype)
-        node._where.append((tuple(index), shape, dtype))
-        for depth, folded in enumerate(folds, 1):
-            folded._universe.add(tuple(index[:depth]))  # type: ignore[union-attr]
     _finish(root, "", root=True)  # ... and is summed into every node above it here
-    for node, *_, folds in own:
-        if node._where:
-            _describe(node, folds)
+    for node, folds in firsts:
+        _describe(node, folds)
     return root
 
 
-def _describe(node: LayoutNode, folds: list[LayoutNode]) -> None:
+def _describe(node: LayoutNode, folds: Sequence[LayoutNode]) -> None:
     """Set a tensor node's shape, and for a folded one the instances that differ or lack it."""
     where, node._where = node._where, []
     counts: dict[tuple[tuple[int, ...] | None, str], int] = {}
@@ -336,7 +370,7 @@ def _describe(node: LayoutNode, folds: list[LayoutNode]) -> None:
         node.only_in = [_place(folds, index) for index in sorted(present)]
 
 
-def _place(folds: list[LayoutNode], index: tuple[int, ...]) -> str:
+def _place(folds: Sequence[LayoutNode], index: tuple[int, ...]) -> str:
     """The instance ``index`` of the innermost folded node, spelled out: ``layers.3``."""
     parts = folds[-1].path.split(".")
     positions = [len(f.path.split(".")) - 1 for f in folds]

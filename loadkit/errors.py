@@ -8,7 +8,6 @@ checkpoint path uses it without torch.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -146,6 +145,8 @@ class MapperConfigError(LoadkitError):
 
 def nearest_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
     """At most ``n`` existing names closest to ``name`` (users want a hint, not a wall of names)."""
+    import difflib  # here, not at the top: the header-only inspector never suggests names
+
     pool = list(dict.fromkeys(candidates))
     return difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
 

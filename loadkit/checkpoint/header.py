@@ -50,7 +50,6 @@ _STR_BODY = (
     r"|\\u(?:[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
     r"|(?![dD][89a-fA-F])[0-9a-fA-F]{4}))*+"
 )
-_STRING = re.compile(f'"{_STR_BODY}"')
 _UINT = r"(?:0|[1-9][0-9]{0,19})"  # 20 digits at most: longer can only be beyond u64
 # An array of integers (the group: its inside). At most 1024 of them: a longer shape takes the
 # slow path, which stops at MAX_ENTRY_CHARS instead of scanning a 100 MB array first.
@@ -80,13 +79,14 @@ class _Lazy:
         return getattr(self.compiled, name)
 
 
+_STRING = _Lazy(f'"{_STR_BODY}"')  # a name with an escape, or a string to skip
+_META = _Lazy(
+    rf"null|\{{{_WS}(?:\"{_STR_BODY}\"{_WS}:{_WS}\"{_STR_BODY}\"{_WS}"
+    rf"(?:,{_WS}(?!\}})|(?=\}})))*+\}}"
+)
 _ENTRY = _Lazy(
     rf"{_NAME}{_WS}:{_WS}\{{{_WS}{_FIELD}{_WS},{_WS}{_FIELD}{_WS},{_WS}{_FIELD}"
     rf"{_WS}\}}{_WS}([,}}])"
-)
-_META = re.compile(
-    rf"null|\{{{_WS}(?:\"{_STR_BODY}\"{_WS}:{_WS}\"{_STR_BODY}\"{_WS}"
-    rf"(?:,{_WS}(?!\}})|(?=\}})))*+\}}"
 )
 _SPACE = re.compile(_WS)
 _VALID_STRINGS = _Lazy(f'(?:[^"]++|"{_STR_BODY}")*+')  # every string in a span is valid

@@ -1,0 +1,220 @@
+"""``python -m loadkit``'s argument parser (argparse), for ``loadkit.inspection.cli``.
+
+Apart from the command line: a plain ``inspect PATH`` never builds it (argparse, its gettext
+lookups and the parser cost about 4 ms, a tenth of a header-only run; see ``cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+INSPECT_DESCRIPTION = """\
+Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
+prefix), dtypes and shards. With --model, a load simulated on the meta device: which mapper rule
+fired for which key, the pooling probe's verdict (old and new), unexpected and missing names with
+the nearest names, shape mismatches and dtype casts."""
+
+INSPECT_EPILOG = """\
+exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
+folder's index disagrees with its shards: every problem is listed), 2 could not run on this
+input (unreadable checkpoint, bad --model, --model-arg or --mapper, bad arguments), 3 internal
+error (a bug: rerun with --debug for the traceback).
+
+examples:
+  python -m loadkit inspect model.safetensors
+  python -m loadkit inspect path/to/folder --model plamo2
+  python -m loadkit inspect path/to/hf-checkpoint --model hf
+  python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
+  python -m loadkit inspect bert --model mypkg:classifier --model-arg num_labels=3 \\
+      --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    return max(value, 1)
+
+
+def _tp(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def model_arg(text: str) -> tuple[str, Any]:
+    """``--model-arg KEY=VALUE``: VALUE as JSON when it parses, else the string itself.
+
+    >>> model_arg("num_labels=3"), model_arg("name=bert"), model_arg("x=[1, 2]")
+    (('num_labels', 3), ('name', 'bert'), ('x', [1, 2]))
+    """
+    key, eq, value = text.partition("=")
+    if not eq or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except (ValueError, RecursionError):  # not JSON, a number too long for int(), deep nesting
+        return key, value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Help names the registry's built-in models, imported only when help is printed."""
+
+    def format_help(self) -> str:
+        from loadkit.models.registry import BUILTIN
+
+        for action in self._actions:
+            if action.help and "BUILTINS" in action.help:
+                action.help = action.help.replace("BUILTINS", ", ".join(BUILTIN))
+        return super().format_help()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter, told the terminal's width: left to itself it imports shutil (and
+    with it bz2, lzma and zlib), a fifth of a header-only inspect's own import time."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
+        except (ValueError, OSError):
+            columns = 80
+        super().__init__(prog, width=max(columns - 2, 40))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m loadkit`` parser (one command: ``inspect``)."""
+    parser = _Parser(
+        prog="python -m loadkit",
+        description="See where a checkpoint's names meet a model's names, before loading.",
+        formatter_class=_Formatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    inspect = commands.add_parser(
+        "inspect",
+        help="report a checkpoint's layout, and how it would load into a model",
+        description=INSPECT_DESCRIPTION,
+        epilog=INSPECT_EPILOG,
+        formatter_class=_Formatter,
+    )
+    inspect.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a .safetensors file, a folder of shards, or a folder with "
+        "model.safetensors.index.json",
+    )
+    inspect.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="hf: any Hugging Face architecture, from the config.json next to the checkpoint "
+        "(hf:PATH: another config file or folder; hf-causal, hf-embed, hf-classify name the "
+        "wrapper), built by transformers and wrapped as vLLM's Transformers backend does; a "
+        "built-in model (BUILTINS; sized from the checkpoint's shapes); or "
+        "'package.module:callable' (or 'file.py:callable') returning an nn.Module. Built on "
+        "the meta device",
+    )
+    inspect.add_argument(
+        "--mapper",
+        metavar="RULES",
+        help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
+        '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
+    )
+    inspect.add_argument(
+        "--model-arg",
+        metavar="KEY=VALUE",
+        dest="model_args",
+        action="append",
+        type=model_arg,
+        default=[],
+        help="a keyword argument for a callable --model (repeatable); VALUE is read as JSON "
+        'when it parses (3, true, "x"), else as a string',
+    )
+    inspect.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    inspect.add_argument(
+        "--tp",
+        metavar="N",
+        type=_tp,
+        help="also simulate N tensor-parallel ranks (meta device): what each rank would hold "
+        "(rows of each checkpoint key) and what cannot work (heads or intermediate size not "
+        "divisible, kv heads replicated, vocabulary padding)",
+    )
+    inspect.add_argument(
+        "--limit",
+        metavar="N",
+        type=_positive_int,
+        default=20,
+        help="rows per list in the text report (default 20)",
+    )
+    inspect.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an internal error, print the traceback (exit status 3 either way)",
+    )
+    rules = inspect.add_argument_group(
+        "rules", "as the model's root AutoWeightsLoader applies them; each repeatable"
+    )
+    for flag, dest, metavar, text in [
+        ("--skip-prefix", "skip_prefixes", "P", "skip names (after the mapper) starting with P"),
+        (
+            "--ignore-unexpected-prefix",
+            "ignore_unexpected_prefixes",
+            "P",
+            "a name the model lacks is ignored when it starts with P",
+        ),
+        (
+            "--ignore-unexpected-suffix",
+            "ignore_unexpected_suffixes",
+            "S",
+            "... or when it ends with S",
+        ),
+        (
+            "--allow-missing",
+            "allow_missing",
+            "PATTERN",
+            "model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
+        ),
+    ]:
+        rules.add_argument(flag, dest=dest, metavar=metavar, action="append", default=[], help=text)
+    rules.add_argument(
+        "--strict-dtype",
+        action="store_true",
+        help="any dtype cast fails the load (by default only incompatible casts do: float into "
+        "int, ...)",
+    )
+    rules.add_argument(
+        "--probe",
+        action="store_true",
+        help="report the pooling probe's verdicts for a model that is not a pooling one (a "
+        "pooling model always gets them)",
+    )
+    return parser
+
+
+_REPEATED = ("model_args", "skip_prefixes", "ignore_unexpected_prefixes",
+             "ignore_unexpected_suffixes", "allow_missing")  # fmt: skip
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    for name in _REPEATED:  # hashable, comparable values for the report's rules
+        setattr(args, name, tuple(getattr(args, name)))
+    if args.tp is not None and args.model is None:
+        parser.error("argument --tp: needs --model (what a rank holds depends on its layers)")
+    return args
+
+
+def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
+    """``inspect``'s arguments (``argv`` without the command), as ``main`` parses them.
+
+    >>> parse_inspect(["ck", "--allow-missing", "a.*", "--model-arg", "n=2"]).model_args
+    (('n', 2),)
+    """
+    return parse_args(build_parser(), ["inspect", *argv])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,6 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import DTYPES, torch_name, torch_shape
 from loadkit.checkpoint.header import (
@@ -24,6 +23,7 @@ from loadkit.checkpoint.header import (
     parse_header,
     parse_metadata,
 )
+from loadkit.checkpoint.record import Record
 from loadkit.checkpoint.shards import INDEX_NAME, open_regular, shard_files
 from loadkit.errors import (
     DuplicateKeyError,
@@ -32,7 +32,10 @@ from loadkit.errors import (
     TruncatedCheckpointError,
 )
 
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
+    from typing import Any
+
     import torch
 
 __all__ = [
@@ -46,7 +49,7 @@ __all__ = [
 ]
 
 
-class TensorInfo(NamedTuple):
+class TensorInfo(Record):
     """What a header says of one tensor; ``offset`` is absolute within ``file``."""
 
     name: str

@@ -16,10 +16,10 @@ import os
 import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 from loadkit.errors import printable
 
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
     import argparse
 

@@ -19,7 +19,6 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
@@ -29,7 +28,10 @@ from loadkit.inspection.options import LoadRules
 from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary, MapperReport, RuleUse, ShardSummary
 
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
+    from typing import Any
+
     from torch import nn
 
     from loadkit.inspection.fix import SuggestedFix

@@ -17,10 +17,13 @@ folded, and a folded label that a literal component already spells (``{0}``) get
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.fmt import format_bytes
+
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 _NUMBERED = object()  # the key numbered siblings share while a folded tree is built
 MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)

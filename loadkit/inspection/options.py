@@ -6,10 +6,10 @@ module, and ``dataclasses`` alone costs it about 7 ms.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from loadkit.checkpoint.record import Record
 
 
-class LoadRules(NamedTuple):
+class LoadRules(Record):
     """Extra rules, as if the model's root ``AutoWeightsLoader`` had been built with them
     (``skip_prefixes``, ``ignore_unexpected_prefixes``, ``ignore_unexpected_suffixes``), and
     two rules for the verdict: tensors that may stay unfilled, and whether any dtype cast fails.

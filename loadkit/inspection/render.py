@@ -6,15 +6,16 @@ Torch-free, like the report itself.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.checkpoint.dtypes import DTYPES
 from loadkit.errors import printable
 from loadkit.fmt import format_bytes, table
 from loadkit.inspection.casts import kind
-from loadkit.vocab import Status
 
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
+    from typing import Any, Protocol
+
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
@@ -22,25 +23,25 @@ if TYPE_CHECKING:
     from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
+    # Only for type checkers: a Protocol at run time would import typing.
+    class Report(Protocol):
+        """What the renderer reads of a report (``inspector.InspectReport``)."""
 
-class Report(Protocol):
-    """What the renderer reads of a report (``loadkit.inspection.inspector.InspectReport``)."""
+        checkpoint: CheckpointSummary
+        mapper: MapperReport | None
+        model: ModelSummary | None
+        probe: dict[str, ProbeVerdict] | None
+        load: LoadReport | None
+        fix: SuggestedFix | None
+        tensor_parallel: TPReport | None
 
-    checkpoint: CheckpointSummary
-    mapper: MapperReport | None
-    model: ModelSummary | None
-    probe: dict[str, ProbeVerdict] | None
-    load: LoadReport | None
-    fix: SuggestedFix | None
-    tensor_parallel: TPReport | None
+        @property
+        def folded_layout(self) -> LayoutNode: ...
 
-    @property
-    def folded_layout(self) -> LayoutNode: ...
+        @property
+        def clean(self) -> bool | None: ...
 
-    @property
-    def clean(self) -> bool | None: ...
-
-    def problems(self) -> list[str]: ...
+        def problems(self) -> list[str]: ...
 
 
 def _names(names: list[str]) -> str:
@@ -190,6 +191,8 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
 def _load(
     load: LoadReport, root: str, limit: int, fix: SuggestedFix | None, majority: str | None
 ) -> list[str]:
+    from loadkit.vocab import Status  # here: only a report with a model lists keys' fates
+
     c = load.counts()
     passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
     allowed = len(load.missing) - len(load.failing_missing)

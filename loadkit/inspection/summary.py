@@ -8,20 +8,23 @@ about a sixth of a header-only ``loadkit inspect`` run (``tests/test_architectur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from loadkit.checkpoint.record import Record
 
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
+    from typing import Any
+
     from loadkit.checkpoint.index import IndexProblem
     from loadkit.checkpoint.reader import TensorInfo
 
 
-class ShardSummary(NamedTuple):
+class ShardSummary(Record):
     file: str
     tensors: int
     nbytes: int
 
 
-class CheckpointSummary(NamedTuple):
+class CheckpointSummary(Record):
     path: str
     files: list[ShardSummary]
     tensors: list[TensorInfo]

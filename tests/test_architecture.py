@@ -213,14 +213,17 @@ def test_a_header_only_inspect_never_imports_dataclasses():
     """``dataclasses`` imports ``inspect`` (ast, dis, tokenize): about 10 ms, a sixth of a
     header-only run (``benchmarks/inspect_speed.py`` holds the ratio). Records on that path are
     NamedTuples and slotted classes; dataclasses come with ``--mapper`` (the mapper's own records)
-    or ``--model``."""
+    or ``--model``. Nor does a plain ``inspect PATH`` import ``typing`` (``Record`` stands in
+    for ``NamedTuple``), ``argparse`` (the parser is built for flags only) or ``difflib``: about
+    10 ms between them."""
     code = f"""
 import contextlib, io, json, sys
 from loadkit.inspection.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     status = main(["inspect", {str(DATA / "plamo2" / "tied-with-lm-head")!r}])
 print(json.dumps({{"status": status, "printed": len(out.getvalue().splitlines()),
-                  "heavy": sorted({{"dataclasses", "inspect", "torch"}} & set(sys.modules))}}))
+                  "heavy": sorted({{"argparse", "dataclasses", "difflib", "inspect", "torch",
+                                   "typing"}} & set(sys.modules))}}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from math import prod
+from operator import itemgetter
 
 from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES, torch_shape
 from loadkit.checkpoint.record import Record
@@ -325,23 +326,24 @@ def check_layout(entries: list[HeaderEntry], data_size: int) -> list[HeaderEntry
     ``data_size`` bytes from 0, each spanning exactly its shape's bytes. Raises
     ``HeaderProblem`` (``TruncatedData`` when ``data_size`` is shorter than the entries need).
     """
-    ordered = sorted(entries, key=_offsets)
+    ordered = sorted(entries, key=_OFFSETS)
     start = 0
     whole_bytes = _WHOLE_BYTES
     for e in ordered:
-        if e.begin != start or e.end < e.begin:
+        _, dtype, shape, begin, end = e  # locals: this loop runs once per tensor
+        if begin != start or end < begin:
             where = "a hole before it" if e.begin > start else "it overlaps the tensor before"
             raise HeaderProblem(
                 f"data_offsets [{e.begin}, {e.end}] (shape {list(e.shape)}, {e.dtype}) do not "
                 f"start where the previous tensor ends ({start}): {where}",
                 e.name,
             )
-        start = e.end
-        size = whole_bytes.get(e.dtype)
-        numel = prod(e.shape)
+        start = end
+        size = whole_bytes.get(dtype)
+        numel = prod(shape)
         # A non-zero product that matches the span cannot have overflowed on the way; anything
         # else takes the careful path (which also says what is wrong).
-        if size is None or numel == 0 or numel * size != e.end - e.begin:
+        if size is None or numel == 0 or numel * size != end - begin:
             need = tensor_nbytes(e)
             if e.end - e.begin != need:
                 raise HeaderProblem(
@@ -364,9 +366,7 @@ def check_layout(entries: list[HeaderEntry], data_size: int) -> list[HeaderEntry
     return ordered
 
 
-def _offsets(e: HeaderEntry) -> tuple[int, int]:
-    return e.begin, e.end
-
+_OFFSETS = itemgetter(3, 4)  # a HeaderEntry's (begin, end), at C speed
 
 # Bytes per element of the dtypes torch loads element for element (all but F4 and F6).
 _WHOLE_BYTES = {

@@ -318,7 +318,9 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
     firsts: list[tuple[LayoutNode, tuple[LayoutNode, ...]]] = []  # each tensor node, once
     for name, nbytes, dtype, *rest in items:
         if name.count(".") < MAX_DEPTH:
-            node, index, folds = _walk(prefixes, name, top, fold)
+            head, dot, last = name.rpartition(".")  # a tensor's own name is rarely a prefix
+            at = (prefixes.get(head) or _walk(prefixes, head, top, fold)) if dot else top
+            node, index, folds = _step(at, last, fold)
         else:  # its tail stays one component: walked, never remembered
             at = top
             for part in name.split(".", MAX_DEPTH - 1):

@@ -55,3 +55,9 @@ def data_generator():
 def gemma4_bench():
     """``benchmarks/gemma4_checkpoint.py``: presets and the streaming checkpoint writer."""
     return _script(REPO / "benchmarks" / "gemma4_checkpoint.py", "gemma4_checkpoint")
+
+
+@pytest.fixture(scope="session")
+def llama_bench():
+    """``benchmarks/llama_checkpoint.py``: presets and the command line."""
+    return _script(REPO / "benchmarks" / "llama_checkpoint.py", "llama_checkpoint")

@@ -339,6 +339,18 @@ def test_argument_forms():
     assert parse_inspect(["ck", "--model", "a", "--model", "b"]).model == "b"
 
 
+def test_help_says_which_models_get_the_pooling_probe(capsys):
+    assert main(["inspect", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # not every model: only a pooling one, or any with --probe (test_rules_and_model_args_...)
+    assert "which mapper rule fired for which key, unexpected" in out
+    assert (
+        "for a pooling model (one with is_pooling_model, as loadkit.as_pooling_model makes; the "
+        "built-in and hf models are not) or with --probe, the pooling probe's verdict" in out
+    )
+    assert "a pooling model always gets them" not in out
+
+
 def test_help_lists_the_registry(capsys):
     assert main(["inspect", "--help"]) == 0
     out = capsys.readouterr().out

@@ -26,8 +26,9 @@ EXIT_INTERRUPTED = 130  # as shells report SIGINT
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
 prefix), dtypes and shards. With --model, a load simulated on the meta device: which mapper rule
-fired for which key, the pooling probe's verdict (old and new), unexpected and missing names with
-the nearest names, shape mismatches and dtype casts."""
+fired for which key, unexpected and missing names with the nearest names, shape mismatches and
+dtype casts; for a pooling model (one with is_pooling_model, as loadkit.as_pooling_model makes;
+the built-in and hf models are not) or with --probe, the pooling probe's verdict (old and new)."""
 
 INSPECT_EPILOG = """\
 exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
@@ -203,8 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument(
         "--probe",
         action="store_true",
-        help="report the pooling probe's verdicts for a model that is not a pooling one (a "
-        "pooling model always gets them)",
+        help="report the pooling probe's verdicts for a model that is not a pooling one (only "
+        "a model with is_pooling_model, as loadkit.as_pooling_model makes, gets them unasked)",
     )
     return parser
 

@@ -63,6 +63,15 @@ def _tp(text: str) -> int:
     return value
 
 
+def _pattern(text: str) -> str:
+    from loadkit.inspection.options import pattern_problem
+
+    problem = pattern_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"invalid pattern {text!r}: {problem}")
+    return text
+
+
 def model_arg(text: str) -> tuple[str, Any]:
     """``--model-arg KEY=VALUE``: VALUE as JSON when it parses, else the string itself.
 
@@ -187,14 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
             "S",
             "... or when it ends with S",
         ),
-        (
-            "--allow-missing",
-            "allow_missing",
-            "PATTERN",
-            "model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
-        ),
     ]:
         rules.add_argument(flag, dest=dest, metavar=metavar, action="append", default=[], help=text)
+    rules.add_argument(
+        "--allow-missing",
+        dest="allow_missing",
+        metavar="PATTERN",
+        type=_pattern,
+        action="append",
+        default=[],
+        help="model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
+    )
     rules.add_argument(
         "--strict-dtype",
         action="store_true",

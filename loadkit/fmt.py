@@ -83,3 +83,47 @@ def table(
     if header is not None and rule:
         lines.insert(1, indent + "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# Tree drawing characters: a wrapped tree line continues under its branch, not under the fork.
+_TREE = str.maketrans({"├": "│", "└": " ", "─": " "})
+
+
+def wrap(text: str, width: int = 100, *, hang: int = 4) -> str:
+    """Fold every line longer than ``width`` at spaces; continuation lines keep the line's own
+    indent plus ``hang`` spaces (a tree line's ``├──`` continues as ``│``).
+
+    Words longer than the width (a long key, a rule of dashes) are never split, so a name stays
+    whole and copyable; such a line can stay wider than ``width``.
+
+    >>> print(wrap("key: " + "word " * 5, width=16))
+    key: word word
+        word word
+        word
+    >>> print(wrap("├── a b c d", width=8, hang=2))
+    ├── a b
+    │     c
+    │     d
+    """
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" │├└─"))
+        indent = line[:lead].translate(_TREE) + " " * hang
+        out += _fold(line, width, line[:lead], indent)
+    return "\n".join(out)
+
+
+def _fold(line: str, width: int, first: str, indent: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        line[len(first) :],
+        width=width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -95,14 +95,12 @@ def test_lm_head_overwrite():
 
 def test_tables():
     table = story.delegation_table("new")
-    line = next(row for row in table.splitlines() if row.startswith("model.norm.weight"))
-    assert "Plamo2Model.load_weights" in line and " norm.weight " in line and "+1" in line
-    moved = story.delegation_table("moved-verbatim")
-    line = next(row for row in moved.splitlines() if row.startswith("model.norm.weight"))
-    assert line.endswith("as is")
-    head = next(r for r in table.splitlines() if r.startswith("lm_head.weight"))
-    assert "AutoWeightsLoader, walked" in head
-    assert "... 25 more" in story.delegation_table("old", limit=5)
+    norm = table.row("model.norm.weight")
+    assert norm[1:4] == ["Plamo2Model.load_weights", "norm.weight", "norm.weight"]
+    assert "+1" in norm[4]
+    assert story.delegation_table("moved-verbatim").row("model.norm.weight")[4] == "as is"
+    assert table.row("lm_head.weight")[1] == "AutoWeightsLoader, walked"
+    assert list(story.delegation_table("old", limit=5).notes) == ["... 25 more"]
     assert "final norm: 'model.norm.weight' in name -> matches nothing" in (
         story.delegation_picture("moved-verbatim")
     )
@@ -111,15 +109,21 @@ def test_tables():
         loose.split(" -> ")[1].count("'") == 12 and "'layers.layers.1.mixer.q_norm.weight'" in loose
     )
     assert "'model.' stripped" in story.delegation_picture("new", tied=True)
-    tests = story.final_norm_test_table().splitlines()
-    final = next(r for r in tests if r.startswith("model.norm.weight")).split()
-    assert final[1:] == ["model.norm.weight", "norm.weight", "+1.0", "+1.0", "no", "+1.0"]
-    b_norm = next(r for r in tests if "B_norm_weight" in r).split()
+    tests = story.final_norm_test_table()
+    assert tests.row("model.norm.weight")[1:] == [
+        "model.norm.weight", "norm.weight", "+1.0", "+1.0", "no", "+1.0"
+    ]  # fmt: skip
+    b_norm = next(r for r in tests.cells() if "B_norm_weight" in r[0])
     assert b_norm[3:] == ["no", "no", "no", "+1.0"]
     for tied in (False, True):
         side = story.ledger_side_by_side(tied=tied)
-        assert side.splitlines()[-1] == "same parameters loaded: True; never loaded: old [], new []"
-    assert "skip_prefixes 'lm_head.'" in story.ledger_side_by_side(kind="tied-with-lm-head")
+        assert list(side.notes) == ["same parameters loaded: True; never loaded: old [], new []"]
+    tied_head = story.ledger_side_by_side(kind="tied-with-lm-head").tail(1)
+    assert tied_head.row("checkpoint lm_head.weight")[1:] == [
+        "skipped: old loader: tied lm_head.weight",
+        "skip_prefixes 'lm_head.'",
+    ]
+    assert len(tied_head.cells()) == 1
 
 
 def test_heatmap_shows_every_behaviour_and_the_toggle_swaps_checkpoints():

@@ -98,9 +98,14 @@ def test_full_scale_records_and_slider():
 
 
 def test_layouts_table_shows_why_the_probe_exists():
-    rows = pp.layouts_table().splitlines()
-    assert "'', 1 of 73" in rows[1] and "'model.', 1 of 73" in rows[2]
-    assert "none (no hit), 73 of 73" in rows[3] and rows[3].rstrip().endswith("'', 1 of 73")
+    layouts = pp.layouts_table()
+    assert layouts.column("first key")[2] == "model.language_model.embed_tokens.weight"
+    assert layouts.column("old: prefix, keys walked") == [
+        "'', 1 of 73", "'model.', 1 of 73", "none (no hit), 73 of 73"
+    ]  # fmt: skip
+    assert layouts.column("new: prefix, keys walked") == [
+        "'', 1 of 73", "'model.', 1 of 73", "'', 1 of 73"
+    ]  # fmt: skip
 
 
 def test_buffer_reuse_demo():

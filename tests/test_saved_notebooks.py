@@ -11,8 +11,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_committed_notebook_has_pictures_and_no_dead_widgets(path):
-    # Printed line widths are not checked yet (see saved.MAX_COLUMNS); everything else is.
-    assert saved.problems(path, max_columns=None) == []
+    assert saved.problems(path) == []
 
 
 def test_problems_are_found(tmp_path):
@@ -23,12 +22,15 @@ def test_problems_are_found(tmp_path):
         "data": {saved.WIDGET_VIEW: {"model_id": "gone"}, "text/plain": "chart: t"},
     }
     long = {"output_type": "stream", "name": "stdout", "text": "x" * 101 + "\n"}
+    wide = {"output_type": "execute_result", "data": {"text/plain": "ok\n" + "y" * 102}}
     path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps({"cells": [{"outputs": [out, long]}], "metadata": {}}))
+    cells = [{"outputs": [out, long]}, {"outputs": [wide]}]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}}))
     found = saved.problems(path)
     assert any("dead widget" in f for f in found)
     assert any("'chart: t' has no picture" in f for f in found)
-    assert any("101 columns" in f for f in found)
+    assert "nb.ipynb cell 0: a line of 101 columns: " + "x" * 60 + "..." in found
+    assert "nb.ipynb cell 1: a line of 102 columns: " + "y" * 60 + "..." in found
     nb = json.loads(path.read_text())
     assert (
         saved.drop_dead_views(nb) == 1
@@ -54,13 +56,3 @@ def test_chart_bundle_has_text_and_a_picture_when_one_can_be_made(monkeypatch):
         assert chart.static_image_status().startswith("unavailable")
     else:
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and chart.static_image_status() == "made"
-
-
-# The notebooks whose printed lines already fit in saved.MAX_COLUMNS: they must keep fitting.
-NARROW = ("03_layerwise_reload.ipynb", "05_tensor_parallel.ipynb")
-
-
-@pytest.mark.parametrize("name", NARROW)
-def test_printed_lines_fit_in_max_columns(name):
-    path = Path(__file__).resolve().parents[1] / "notebooks" / name
-    assert saved.problems(path) == []

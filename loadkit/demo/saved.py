@@ -73,12 +73,13 @@ def problems(path: str | Path, max_columns: int | None = MAX_COLUMNS) -> list[st
             found.append(f"{path.name} cell {i}: {plain.splitlines()[0]!r} has no picture")
         if plain.startswith(("FigureWidget(", "Figure(")):
             found.append(f"{path.name} cell {i}: a figure's repr as text ({plain[:30]}...)")
-        text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else ""
+        # Printed text and the text form of results: what nbval compares and a terminal shows.
+        text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else plain
         limit = max_columns if max_columns is not None else float("inf")
         for line in text.splitlines():
             if len(line) > limit:
                 found.append(
-                    f"{path.name} cell {i}: a printed line of {len(line)} columns: {line[:60]}..."
+                    f"{path.name} cell {i}: a line of {len(line)} columns: {line[:60]}..."
                 )
                 break
     return found

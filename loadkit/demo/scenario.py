@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.fmt import table
+from loadkit.fmt import table, wrap
 
 
 @dataclass
@@ -45,11 +45,26 @@ class Record:
         s.x.append(x)
         s.y.append(y)
 
-    def summary(self) -> str:
-        """The outcome as aligned ``key: value`` lines, stable for notebook checks."""
-        width = max((len(k) for k in self.outcome), default=0)
+    def summary(self, width: int = 100) -> str:
+        """The outcome as aligned ``key : value`` lines, stable for notebook checks; a value
+        too long for ``width`` columns continues on the next lines, under its start.
+
+        >>> r = Record("new", outcome={"loaded": 3, "names": ["a.weight", "b.weight"]})
+        >>> print(r.summary(width=24))
+        [new]
+          loaded : 3
+          names  : ['a.weight',
+                   'b.weight']
+        """
+        keys = max((len(k) for k in self.outcome), default=0)
         lines = [f"[{self.behaviour}]"]
-        lines += [f"  {k.ljust(width)} : {_fmt(v)}" for k, v in self.outcome.items()]
+        for k, v in self.outcome.items():
+            head = f"  {k.ljust(keys)} : "
+            # Past the middle, the value starts on its own line (else it would be a narrow strip).
+            if len(head) > width // 2 and len(head) + len(_fmt(v)) > width:
+                lines.append(head.rstrip())
+                head = "      "
+            lines.append(wrap(head + _fmt(v), width, hang=len(head.lstrip())))
         return "\n".join(lines)
 
 

@@ -201,8 +201,8 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
 
     add(
         "unexpected checkpoint names",
-        ["checkpoint key", "nearest model names"],
-        [[u.name, ", ".join(u.suggestions[:2]) or "-"] for u in load.unexpected],
+        ["checkpoint key", "nearest model name"],  # one: the report lists the others
+        [[u.name, u.suggestions[0] if u.suggestions else "-"] for u in load.unexpected],
     )
     add(
         "model tensors never filled",

@@ -19,9 +19,9 @@ from torch import nn
 
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series, run_behaviours
+from loadkit.demo.show import Table
 from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import CheckpointError
-from loadkit.fmt import table
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.models._common import RMSNorm, rms_norm
@@ -228,7 +228,7 @@ def _what(step: NameStep) -> str:
     return ", ".join(parts) or "as is"
 
 
-def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int = 0) -> str:
+def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int = 0) -> Table:
     """Each checkpoint name, the loader that handled it, the name that loader saw, and the result.
 
     Built from the real load: the root's ledger (who got which name) and the steps the loader
@@ -256,10 +256,8 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
         rows.append((entry.name, level, seen, result, what))
     head = ("checkpoint name", "handled by", "name it sees", "parameter (its naming)", "done")
     shown = rows[:limit] if limit else rows
-    lines = [table(shown, header=head)]
-    if limit and len(rows) > limit:
-        lines.append(f"... {len(rows) - limit} more")
-    return "\n".join(lines)
+    more = [f"... {len(rows) - limit} more"] if limit and len(rows) > limit else []
+    return Table(head, shown, more)
 
 
 def delegation_picture(behaviour: str = "new", *, tied: bool = False, examples: int = 2) -> str:
@@ -318,7 +316,7 @@ def delegation_picture(behaviour: str = "new", *, tied: bool = False, examples: 
     return "\n".join(lines)
 
 
-def final_norm_test_table(*, tied: bool = False) -> str:
+def final_norm_test_table(*, tied: bool = False) -> Table:
     """For every name with ``norm`` in it: the name each loader saw and its final-norm answer.
 
     Answers come from the loaders' own recorded steps; ``offset`` means a per-layer norm rule
@@ -356,10 +354,7 @@ def final_norm_test_table(*, tied: bool = False) -> str:
         ]
         for n in names
     ]
-    # Narrow: the long header words go on their own lines above the columns.
-    cols = [f"[{i}]" for i in range(len(head))]
-    legend = [f"{c} {h}" for c, h in zip(cols, head, strict=True)]
-    return "\n".join([*legend, table(rows, header=cols)])
+    return Table(head, rows)
 
 
 # --- the ledger, old and new side by side --------------------------------------------------------
@@ -378,7 +373,7 @@ def _ledger_summary(ledger: LoadLedger) -> tuple[str, str]:
     return f"{len(ledger.entries)}: {ck}", f"{len(ledger.params)}: {pm}"
 
 
-def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
+def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> Table:
     """The old and the new loader's ledgers over one checkpoint, one parameter per row."""
     kind = kind or _kind(tied)
     config, weights = config_of(kind), read_weights(kind)
@@ -392,7 +387,6 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
     old, new = ledgers["old"], ledgers["new"]
     loaded = {b: {p.name for p in lg.params_with(Status.LOADED)} for b, lg in ledgers.items()}
     rows = [
-        ("", "old", "new"),
         ("checkpoint names", *_ledger_summary(old)[:1], _ledger_summary(new)[0]),
         ("model tensors", _ledger_summary(old)[1], _ledger_summary(new)[1]),
         ("load_weights returned", returned["old"], returned["new"]),
@@ -406,12 +400,11 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> str:
     for e_old, e_new in zip(old.entries, new.entries, strict=True):
         if Status.SKIPPED in (e_old.status, e_new.status):
             rows.append((f"checkpoint {e_old.name}", f"skipped: {e_old.rule}", e_new.rule or ""))
-    lines = [table(rows)]
-    lines.append(
+    conclusion = (
         f"same parameters loaded: {loaded['old'] == loaded['new']}; "
         f"never loaded: old {old.never_loaded}, new {new.never_loaded}"
     )
-    return "\n".join(lines)
+    return Table(("", "old", "new"), rows, [conclusion])
 
 
 # --- the tied lm_head ---------------------------------------------------------------------------

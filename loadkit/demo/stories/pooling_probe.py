@@ -20,6 +20,7 @@ import torch
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.checkpoint.writer import save_in_order
 from loadkit.demo.scenario import Record, Series, run_behaviours
+from loadkit.demo.show import Table
 from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes, table
 from loadkit.loading.counting import CloneCounter
@@ -193,7 +194,7 @@ def main_view(records: dict[str, Record] | None = None) -> Any:
 # --- why the probe exists -----------------------------------------------------------------------
 
 
-def layouts_table() -> str:
+def layouts_table() -> Table:
     """The probe's verdict (header-only, ``probe_verdict``) for three checkpoint layouts."""
     config = g4.Gemma4Config()
     with torch.device("meta"):
@@ -218,9 +219,7 @@ def layouts_table() -> str:
             g4.TEXT_CKPT,
         ),
     ]
-    rows: list[tuple[str, ...]] = [
-        ("checkpoint", "first key", "old: prefix, keys walked", "new: prefix, keys walked")
-    ]
+    rows: list[tuple[str, ...]] = []
     for label, first, params, mapper, new_prefix in cases:
         ks = keys(g4.TEXT_CKPT, new_prefix)
         cells = []
@@ -229,7 +228,8 @@ def layouts_table() -> str:
             cells.append(f"{_prefix(v.prefix)}, {v.walked} of {v.total_keys}")
         assert ks[0][0] == first
         rows.append((label, first, *cells))
-    return table(rows)
+    head = ("checkpoint", "first key", "old: prefix, keys walked", "new: prefix, keys walked")
+    return Table(head, rows)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -8,11 +8,12 @@ of ``loadkit.models.gemma4.make_checkpoint`` (seeded by name), in any order of t
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
+
+from checkpoint_cli import Writer  # beside this script
 
 from loadkit.checkpoint.dtypes import safetensors_dtype
 from loadkit.checkpoint.writer import write_safetensors
@@ -75,16 +76,13 @@ def write_checkpoint(
     )
 
 
+WRITER = Writer("Gemma4-like", PRESETS, checkpoint_layout, layout_bytes, write_checkpoint)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python benchmarks/gemma4_checkpoint.py",
-        description="Write a Gemma4-like safetensors checkpoint, tensor by tensor, with progress.",
-    )
-    ap.add_argument("out", type=Path, help="the .safetensors file to write")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="bench")
+    ap = WRITER.parser(__file__)
     ap.add_argument("--layers", type=int, help="num_hidden_layers (overrides the preset)")
     ap.add_argument("--hidden", type=int, help="hidden_size (overrides the preset)")
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     config = PRESETS[args.preset]
     if args.layers is not None:
@@ -95,10 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.hidden is not None:
         config = dataclasses.replace(config, hidden_size=args.hidden)
-    n = len(checkpoint_layout(config))
-    print(f"{n} tensors, {layout_bytes(config) / 2**30:.3f} GiB -> {args.out}")
-    write_checkpoint(args.out, config, seed=args.seed, progress=True)
-    return 0
+    return WRITER.run(args.out, config, seed=args.seed)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ Memory stays at one tensor. Values are those of ``loadkit.models.llama.make_chec
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
-from pathlib import Path
+
+from checkpoint_cli import Writer  # beside this script
 
 from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, layout_bytes, write_checkpoint
 
@@ -31,20 +31,12 @@ PRESETS = {
 }
 
 
+WRITER = Writer("Llama-like", PRESETS, checkpoint_layout, layout_bytes, write_checkpoint)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python benchmarks/llama_checkpoint.py",
-        description="Write a Llama-like safetensors checkpoint, tensor by tensor, with progress.",
-    )
-    ap.add_argument("out", type=Path, help="the .safetensors file to write")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="bench")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    config = PRESETS[args.preset]
-    n = len(checkpoint_layout(config))
-    print(f"{n} tensors, {layout_bytes(config) / 2**30:.3f} GiB -> {args.out}")
-    write_checkpoint(args.out, config, seed=args.seed, progress=True)
-    return 0
+    args = WRITER.parser(__file__).parse_args(argv)
+    return WRITER.run(args.out, PRESETS[args.preset], seed=args.seed)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,26 @@ def data_generator():
 def gemma4_bench():
     """``benchmarks/gemma4_checkpoint.py``: presets and the streaming checkpoint writer."""
     return _script(REPO / "benchmarks" / "gemma4_checkpoint.py", "gemma4_checkpoint")
+
+
+@pytest.fixture(scope="session")
+def llama_bench():
+    """``benchmarks/llama_checkpoint.py``: presets and the command line."""
+    return _script(REPO / "benchmarks" / "llama_checkpoint.py", "llama_checkpoint")
+
+
+@pytest.fixture(scope="session")
+def quiet_transformers():
+    """transformers' warnings and progress bars off (``hf_cases``), for the whole session."""
+    from hf_cases import quiet_transformers
+
+    quiet_transformers()
+
+
+@pytest.fixture(scope="session")
+def hf_clean(tmp_path_factory, quiet_transformers):
+    """Architecture name -> its clean checkpoint, written by transformers (``hf_cases``) once per
+    session, on first use."""
+    from hf_cases import clean_checkpoints
+
+    return clean_checkpoints(tmp_path_factory.mktemp("hf"))

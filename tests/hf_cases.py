@@ -44,21 +44,30 @@ class Arch:
     stale_key: tuple[str, Any] | None = None  # (key, tensor factory): an old buffer's key
 
 
-def _cfg(name: str, **kw: Any) -> Callable[[], Any]:
+def _cfg(name: str, *, drop: tuple[str, ...] = (), **kw: Any) -> Callable[[], Any]:
+    """transformers' ``name`` config at the ``SMALL`` sizes (less those in ``drop``: sizes it has
+    no such setting for), with ``kw`` on top. A config whose own names differ (GPT-2's
+    ``n_embd``) takes the common ones through its ``attribute_map``."""
+    sizes = {k: v for k, v in SMALL.items() if k not in drop}
+
     def make() -> Any:
         import transformers
 
-        return getattr(transformers, name)(**kw)
+        return getattr(transformers, name)(**{**sizes, **kw})
 
     return make
 
 
-def _positions(n: int) -> Callable[[], torch.Tensor]:
-    return lambda: torch.arange(n).unsqueeze(0)
+def _positions(n: int, base: str = "") -> tuple[str, Callable[[], torch.Tensor]]:
+    """The ``position_ids`` buffer (``n`` positions) as older versions saved it."""
+    return f"{base}embeddings.position_ids", lambda: torch.arange(n).unsqueeze(0)
 
 
-def _inv_freq(n: int) -> Callable[[], torch.Tensor]:
-    return lambda: torch.ones(n)
+def _inv_freq(
+    n: int, attention: str = "model.layers.0.self_attn"
+) -> tuple[str, Callable[[], torch.Tensor]]:
+    """A rotary embedding's ``inv_freq`` (``n`` values) as older versions saved it."""
+    return f"{attention}.rotary_emb.inv_freq", lambda: torch.ones(n)
 
 
 ARCHS: dict[str, Arch] = {
@@ -67,26 +76,23 @@ ARCHS: dict[str, Arch] = {
         Arch(
             "bert",
             "BertModel",
-            _cfg("BertConfig", **SMALL, max_position_embeddings=32),
+            _cfg("BertConfig", max_position_embeddings=32),
             sharded=True,
-            stale_key=("embeddings.position_ids", _positions(32)),
+            stale_key=_positions(32),
         ),
         Arch(
             "bert-cls",
             "BertForSequenceClassification",
-            _cfg("BertConfig", **SMALL, max_position_embeddings=32, num_labels=3),
-            stale_key=("bert.embeddings.position_ids", _positions(32)),
+            _cfg("BertConfig", max_position_embeddings=32, num_labels=3),
+            stale_key=_positions(32, "bert."),
         ),
         Arch(
             "gpt2",
             "GPT2LMHeadModel",
             _cfg(
                 "GPT2Config",
-                n_embd=16,
-                n_layer=2,
-                n_head=2,
-                vocab_size=64,
-                n_positions=32,
+                drop=("intermediate_size",),
+                max_position_embeddings=32,
                 bos_token_id=0,
                 eos_token_id=0,
             ),
@@ -95,46 +101,34 @@ ARCHS: dict[str, Arch] = {
             stale_key=("transformer.h.0.attn.bias", lambda: torch.ones(1, 1, 32, 32).tril()),
         ),
         Arch(
-            "llama",
-            "LlamaForCausalLM",
-            _cfg("LlamaConfig", **SMALL),
-            sharded=True,
-            stale_key=("model.layers.0.self_attn.rotary_emb.inv_freq", _inv_freq(4)),
+            "llama", "LlamaForCausalLM", _cfg("LlamaConfig"), sharded=True, stale_key=_inv_freq(4)
         ),
         Arch(
             "qwen2",
             "Qwen2ForCausalLM",
-            _cfg("Qwen2Config", **SMALL, num_key_value_heads=1),
-            stale_key=("model.layers.0.self_attn.rotary_emb.inv_freq", _inv_freq(4)),
+            _cfg("Qwen2Config", num_key_value_heads=1),
+            stale_key=_inv_freq(4),
         ),
         Arch(
             "mistral",
             "MistralForCausalLM",
-            _cfg("MistralConfig", **SMALL, num_key_value_heads=1),
-            stale_key=("model.layers.0.self_attn.rotary_emb.inv_freq", _inv_freq(4)),
+            _cfg("MistralConfig", num_key_value_heads=1),
+            stale_key=_inv_freq(4),
         ),
         Arch(
             "gemma",
             "GemmaForCausalLM",
-            _cfg("GemmaConfig", **SMALL, num_key_value_heads=1, head_dim=8),
-            stale_key=("model.layers.0.self_attn.rotary_emb.inv_freq", _inv_freq(4)),
+            _cfg("GemmaConfig", num_key_value_heads=1, head_dim=8),
+            stale_key=_inv_freq(4),
         ),
-        Arch(
-            "phi",
-            "PhiForCausalLM",
-            _cfg("PhiConfig", **SMALL),
-            stale_key=("model.layers.0.self_attn.rotary_emb.inv_freq", _inv_freq(2)),
-        ),
+        Arch("phi", "PhiForCausalLM", _cfg("PhiConfig"), stale_key=_inv_freq(2)),
         Arch(
             "opt",
             "OPTForCausalLM",
             _cfg(
                 "OPTConfig",
-                hidden_size=16,
-                num_hidden_layers=2,
-                num_attention_heads=2,
+                drop=("intermediate_size",),
                 ffn_dim=32,
-                vocab_size=64,
                 max_position_embeddings=32,
                 word_embed_proj_dim=16,
             ),
@@ -142,27 +136,19 @@ ARCHS: dict[str, Arch] = {
         Arch(
             "t5",
             "T5ForConditionalGeneration",
-            _cfg("T5Config", d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2, vocab_size=64),
+            _cfg(
+                "T5Config", drop=("intermediate_size",), d_ff=32, head_dim=8, num_decoder_layers=2
+            ),
             sharded=True,
         ),
         Arch(
-            "vit",
-            "ViTModel",
-            _cfg(
-                "ViTConfig",
-                hidden_size=16,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=32,
-                image_size=8,
-                patch_size=4,
-            ),
+            "vit", "ViTModel", _cfg("ViTConfig", drop=("vocab_size",), image_size=8, patch_size=4)
         ),
         Arch(
             "gpt-neox",
             "GPTNeoXForCausalLM",
-            _cfg("GPTNeoXConfig", **SMALL),
-            stale_key=("gpt_neox.layers.0.attention.rotary_emb.inv_freq", _inv_freq(4)),
+            _cfg("GPTNeoXConfig"),
+            stale_key=_inv_freq(4, "gpt_neox.layers.0.attention"),
         ),
     ]
 }
@@ -187,6 +173,27 @@ def save_clean(arch: Arch, folder: Path) -> Path:
     kwargs = {"max_shard_size": "8KB"} if arch.sharded else {}
     model.save_pretrained(folder, **kwargs)
     return folder
+
+
+def clean_checkpoints(root: Path) -> Callable[[str], Path]:
+    """Architecture name -> its clean checkpoint (``save_clean``) under ``root``, saved on first
+    use."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = save_clean(ARCHS[name], root / name)
+        return made[name]
+
+    return get
+
+
+def quiet_transformers() -> None:
+    """transformers' warnings and progress bars off: the verdicts come from its return values."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
 
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -532,18 +539,13 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> int:
     import tempfile
 
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    quiet_transformers()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for a in ARCHS.values():
-            save_clean(a, root / a.name / "clean")
+        clean = clean_checkpoints(root / "clean")
         for i, (a, m) in enumerate(cases()):
-            arch = ARCHS[a]
-            rows.append(run_case(arch, m, root / a / "clean", root / a / f"case{i}"))
+            rows.append(run_case(ARCHS[a], m, clean(a), root / "variants" / f"case{i}"))
     print(table(rows))
     for r in rows:
         if not r["agrees"]:

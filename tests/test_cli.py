@@ -309,12 +309,46 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
         (["inspect", f, "--bogus"], "unrecognized arguments: --bogus", "usage: python -m loadkit"),
         (["inspect", f, "extra"], "unrecognized arguments: extra", "usage: python -m loadkit"),
         (["inspect", f, "--limit", "x"], "invalid int value", "usage: python -m loadkit inspect"),
+        (
+            ["inspect", f, "--allow-missing", "["],
+            "argument --allow-missing: invalid pattern '[': '[' at 0 opens a character class "
+            "never closed",
+            "usage: python -m loadkit inspect",
+        ),
     ]:
         assert main([str(a) for a in argv]) == 2, argv
         err = capsys.readouterr().err
         assert words in err and err.startswith(usage), (argv, err)
     res = run("inspect")  # and once as a process
     assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
+    bad = ["--model", "my_qwen:build", "--allow-missing", "layers.[0-3.*"]
+    res = run("inspect", f, *bad, cwd=qwen)
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert "invalid pattern 'layers.[0-3.*': '[' at 7 opens" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("classifier.*", None),
+        ("layers.[0-3].*", None),
+        ("[[]x", None),  # a literal '['
+        ("[]]", None),  # a class holding ']'
+        ("[!]]", None),
+        ("[", 0),
+        ("[]", 0),  # ']' first is a member: the class never closes
+        ("[!]", 0),
+        ("a.[0-3.*", 2),
+        ("[a][", 3),
+    ],
+)
+def test_allow_missing_patterns_fnmatch_would_take_literally_are_refused(pattern, problem):
+    from loadkit.inspection.options import pattern_problem
+
+    found = pattern_problem(pattern)
+    assert found is None if problem is None else found.startswith(f"'[' at {problem} opens")
+    if problem is None:
+        assert parse_inspect(["ck", "--allow-missing", pattern]).allow_missing == (pattern,)
 
 
 def test_help(capsys):
@@ -358,6 +392,18 @@ def test_a_plain_inspect_reads_as_the_parser_reads_it(argv):
 )  # fmt: skip
 def test_any_other_command_line_goes_to_the_parser(argv):
     assert plain_inspect(argv) is None
+
+
+def test_help_says_which_models_get_the_pooling_probe(capsys):
+    assert main(["inspect", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # not every model: only a pooling one, or any with --probe (test_rules_and_model_args_...)
+    assert "which mapper rule fired for which key, unexpected" in out
+    assert (
+        "for a pooling model (one with is_pooling_model, as loadkit.as_pooling_model makes; the "
+        "built-in and hf models are not) or with --probe, the pooling probe's verdict" in out
+    )
+    assert "a pooling model always gets them" not in out
 
 
 def test_help_lists_the_registry(capsys):

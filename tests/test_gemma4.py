@@ -1,35 +1,48 @@
 """SPEC 7: the Gemma4-like model, its checkpoint layout, generator and header inference."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from loadkit import WeightsMapper, ledger_of, open_checkpoint
+from loadkit.checkpoint import dtypes
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
 from loadkit.models import gemma4 as g4
 
 G4 = g4.Gemma4ForConditionalGeneration
-CONFIGS = {
-    "small": g4.Gemma4Config(),
+# benchmarks/gemma4_checkpoint.py's presets (small, bench, full), and one more odd shape.
+OWN_CONFIGS = {
     "no-ple-double-wide": g4.Gemma4Config(
         num_hidden_layers=3, hidden_size_per_layer_input=0, double_wide_mlp_layers=2
     ),
-    "bench": g4.Gemma4Config(  # benchmarks/gemma4_checkpoint.py's BENCH_CONFIG (tested below)
-        num_hidden_layers=30,
-        hidden_size=1024,
-        intermediate_size=5120,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=128,
-        vocab_size=8192,
-        hidden_size_per_layer_input=32,
-        vocab_size_per_layer_input=8192,
-    ),
-    "full": g4.full_scale_config(),
 }
+CONFIG_NAMES = ["small", "bench", "full", *OWN_CONFIGS]
+
+
+@pytest.fixture(scope="module")
+def configs(gemma4_bench):
+    return {**gemma4_bench.PRESETS, **OWN_CONFIGS}
+
+
+def test_every_config_is_tested(configs):
+    assert sorted(CONFIG_NAMES) == sorted(configs)
+    assert configs["small"] == g4.Gemma4Config()
+    assert configs["full"] == g4.full_scale_config()
+
+
+def test_bench_preset_is_what_the_memory_benchmark_needs(configs):
+    # benchmarks/probe_memory.py: at least 500 tensors and 1 GiB, and the largest tensor a small
+    # part of the whole (one clone against every clone).
+    config = configs["bench"]
+    layout = g4.checkpoint_layout(config)
+    itemsize = dtypes.itemsize(dtypes.safetensors_dtype(config.dtype))
+    largest = max(math.prod(shape) for _, shape in layout) * itemsize
+    assert len(layout) >= 500 and g4.layout_bytes(config) >= 2**30
+    assert largest * 60 <= g4.layout_bytes(config)
 
 
 def header_of(config):
@@ -57,9 +70,9 @@ def test_spec_mapper_and_names():
     assert keys == sorted(keys) and len(keys) == 17 * 4 + 5
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_layout_covers_every_parameter_exactly(name):
-    config = CONFIGS[name]
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_layout_covers_every_parameter_exactly(name, configs):
+    config = configs[name]
     with torch.device("meta"):
         model = G4(config)
     mapper = g4.load_mapper(config)
@@ -83,8 +96,8 @@ def test_full_scale_is_near_upstream():
 
 
 @pytest.mark.parametrize("name", ["small", "no-ple-double-wide"])
-def test_loads_make_checkpoint_exactly(name):
-    config = CONFIGS[name]
+def test_loads_make_checkpoint_exactly(name, configs):
+    config = configs[name]
     ckpt = g4.make_checkpoint(config, seed=3)
     model = G4(config)
     model.load_weights({k: v.clone() for k, v in ckpt.items()}.items())
@@ -166,9 +179,9 @@ def test_written_file_is_standard_safetensors_in_the_requested_order(tmp_path, g
         gemma4_bench.write_checkpoint(tmp_path / "x.safetensors", config, order=order[1:])
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_config_from_checkpoint_header(name):
-    assert g4.config_from_checkpoint(header_of(CONFIGS[name])) == CONFIGS[name]
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_config_from_checkpoint_header(name, configs):
+    assert g4.config_from_checkpoint(header_of(configs[name])) == configs[name]
 
 
 def test_config_from_committed_checkpoint():
@@ -226,7 +239,6 @@ def test_packing_in_mapper_moves_the_rules_not_the_result():
 
 
 def test_cli_writes_a_checkpoint_with_progress(tmp_path, capsys, gemma4_bench):
-    assert gemma4_bench.BENCH_CONFIG == CONFIGS["bench"]
     out = tmp_path / "big" / "g.safetensors"
     argv = [str(out), "--preset", "small", "--layers", "2", "--hidden", "16"]
     assert gemma4_bench.main(argv) == 0

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from hf_cases import ARCHS, read_tensors, save_clean, write_variant
+from hf_cases import ARCHS, read_tensors, write_variant
 
 from loadkit import inspect_checkpoint, open_checkpoint
 from loadkit.inspection.cli import main
@@ -26,26 +26,8 @@ from loadkit.models.transformers import (
     from_config,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def quiet_transformers():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf-backend")
-    made = {}
-
-    def get(name):
-        if name not in made:
-            made[name] = save_clean(ARCHS[name], root / name)
-        return made[name]
-
-    return get
+# transformers quiet for every test here, not only those that save a checkpoint (conftest.py)
+pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
 
 def config(name):
@@ -121,8 +103,8 @@ def test_the_callers_config_is_left_alone():
         ("t5", TransformersForCausalLM),  # '...ForConditionalGeneration'
     ],
 )
-def test_wrapper_chosen_by_architecture_suffix(saved, arch, wrapper):
-    folder = saved(arch)  # save_pretrained records the architecture in config.json
+def test_wrapper_chosen_by_architecture_suffix(hf_clean, arch, wrapper):
+    folder = hf_clean(arch)  # save_pretrained records the architecture in config.json
     m = from_config(folder, device="meta")
     assert type(m) is wrapper
     assert ARCHS[arch].cls in m.wrapper_reason
@@ -209,17 +191,17 @@ def assert_same_as_transformers(wrapper, hf, *, not_loaded=()):
 
 
 @pytest.mark.parametrize("name", ["llama", "bert", "bert-cls", "phi", "t5", "opt", "vit"])
-def test_real_load_gives_transformers_state_dict(saved, name):
-    folder = saved(name)
+def test_real_load_gives_transformers_state_dict(hf_clean, name):
+    folder = hf_clean(name)
     wrapper = from_config(folder, device="cpu")
     loaded = wrapper.load_weights(open_checkpoint(folder).weights())
     assert loaded  # the qualified names the load filled
     assert_same_as_transformers(wrapper, hf_model(name, folder))
 
 
-def test_real_load_of_a_head_bias(saved):
+def test_real_load_of_a_head_bias(hf_clean):
     """Phi's lm_head has a bias: registered when the checkpoint has one, and loaded."""
-    folder = saved("phi")
+    folder = hf_clean("phi")
     wrapper = from_config(folder, device="cpu")
     assert wrapper.lm_head.bias is None
     loaded = wrapper.load_weights(open_checkpoint(folder).weights())
@@ -227,9 +209,9 @@ def test_real_load_of_a_head_bias(saved):
     assert torch.equal(wrapper.lm_head.bias, hf_model("phi", folder).lm_head.bias)
 
 
-def test_real_load_of_gpt2_leaves_the_attention_biases_as_vllm_does(saved):
+def test_real_load_of_gpt2_leaves_the_attention_biases_as_vllm_does(hf_clean):
     """The upstream pitfall, in a real load: c_attn.bias is dropped by the ignore regex."""
-    folder = saved("gpt2")  # sharded: several files and an index
+    folder = hf_clean("gpt2")  # sharded: several files and an index
     assert len(open_checkpoint(folder).files) > 1
     wrapper = from_config(folder, device="cpu")
     loaded = wrapper.load_weights(open_checkpoint(folder).weights())
@@ -242,9 +224,9 @@ def test_real_load_of_gpt2_leaves_the_attention_biases_as_vllm_does(saved):
     )
 
 
-def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(saved, tmp_path):
+def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(hf_clean, tmp_path):
     """The issue's case: an old BERT checkpoint with embeddings.position_ids."""
-    clean = saved("bert")
+    clean = hf_clean("bert")
     tensors = read_tensors(clean)
     tensors["embeddings.position_ids"] = torch.arange(32).unsqueeze(0)
     folder = write_variant(clean, tensors, tmp_path / "old-bert")
@@ -260,8 +242,8 @@ def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(saved, tmp_pa
 # --- the report and the command line ------------------------------------------------------------
 
 
-def test_report_names_the_transformers_class_and_rule_origins(saved):
-    report = inspect_checkpoint(saved("gpt2"), model="hf")
+def test_report_names_the_transformers_class_and_rule_origins(hf_clean):
+    report = inspect_checkpoint(hf_clean("gpt2"), model="hf")
     backend = report.model.backend
     assert backend["wrapper"] == "TransformersForCausalLM"
     assert backend["transformers_class"] == "GPT2Model"
@@ -273,7 +255,7 @@ def test_report_names_the_transformers_class_and_rule_origins(saved):
     # every key but the two attention biases the ignore regex drops first
     dropped = [name for name, _ in report.mapper.dropped]
     assert dropped == [f"transformer.h.{i}.attn.c_attn.bias" for i in (0, 1)]
-    assert prefix_rule.fired == len(open_checkpoint(saved("gpt2")).tensors) - 2
+    assert prefix_rule.fired == len(open_checkpoint(hf_clean("gpt2")).tensors) - 2
     assert prefix_rule.origin.startswith("derived from the transformers model")
     assert rules[("regex", "attn.bias")].origin.startswith("from transformers")
     text = report.render()
@@ -293,8 +275,8 @@ def run_cli(*args):
 
 
 @pytest.mark.slow  # a subprocess that imports torch and transformers
-def test_cli_clean_and_broken_checkpoints(saved, tmp_path, capsys):
-    folder = saved("llama")
+def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys):
+    folder = hf_clean("llama")
     assert main(["inspect", str(folder), "--model", "hf"]) == 0
     out = capsys.readouterr().out
     assert "built LlamaModel" in out and "verdict: would load cleanly" in out
@@ -358,8 +340,8 @@ def test_cli_bad_configs_exit_2(tmp_path, capsys, config_text, message):
     assert __import__("re").search(message, err), err
 
 
-def test_cli_hf_spec_errors(tmp_path, capsys, saved):
-    folder = saved("bert")
+def test_cli_hf_spec_errors(tmp_path, capsys, hf_clean):
+    folder = hf_clean("bert")
     assert main(["inspect", str(folder), "--model", "hf:"]) == 2
     assert "give a config file or folder after the colon" in capsys.readouterr().err
     assert main(["inspect", str(folder), "--model", f"hf:{tmp_path / 'nowhere'}"]) == 2

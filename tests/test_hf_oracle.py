@@ -12,35 +12,13 @@ one and the stated reason, and the two must really differ.
 from __future__ import annotations
 
 import pytest
-from hf_cases import ARCHS, KNOWN_DIFFERENCES, cases, run_case, save_clean
-
-
-@pytest.fixture(scope="session")
-def quiet_transformers():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
-@pytest.fixture(scope="session")
-def clean_checkpoints(tmp_path_factory, quiet_transformers):
-    """Each architecture's clean checkpoint, written once per session on first use."""
-    root = tmp_path_factory.mktemp("hf")
-    made = {}
-
-    def get(name):
-        if name not in made:
-            made[name] = save_clean(ARCHS[name], root / name)
-        return made[name]
-
-    return get
+from hf_cases import ARCHS, KNOWN_DIFFERENCES, cases, run_case
 
 
 @pytest.mark.slow  # 93 cases, each a save, a from_pretrained and an inspect: about 20 s of CPU
 @pytest.mark.parametrize(("arch", "mutation"), cases())
-def test_inspect_agrees_with_transformers(arch, mutation, clean_checkpoints, tmp_path):
-    row = run_case(ARCHS[arch], mutation, clean_checkpoints(arch), tmp_path / "variant")
+def test_inspect_agrees_with_transformers(arch, mutation, hf_clean, tmp_path):
+    row = run_case(ARCHS[arch], mutation, hf_clean(arch), tmp_path / "variant")
     ours, hf, expected, report = row["loadkit"], row["transformers"], row["expected"], row["report"]
     assert ours == expected, (
         f"\ntransformers: {hf.describe()}\nexpected:     {expected.describe()}"

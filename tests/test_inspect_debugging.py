@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from loadkit import AutoWeightsLoader, WeightsMapper, as_pooling_model
+from loadkit import AutoWeightsLoader, LoadkitError, WeightsMapper, as_pooling_model
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.options import LoadRules
 from loadkit.models.registry import ModelSpecError
@@ -131,6 +131,11 @@ def test_allow_missing_skip_and_ignore_rules(tmp_path):
     ]
     assert "2 allowed by --allow-missing" in r.render()
     assert json.loads(r.to_json())["load"]["rules"]["allow_missing"] == ["classifier.*"]
+    # A pattern fnmatch would read literally (it matches nothing) is bad input, as on the CLI.
+    with pytest.raises(
+        LoadkitError, match=r"allow_missing: invalid pattern 'classifier\.\[': '\[' at 11"
+    ):
+        inspect_checkpoint(f, model=Classifier, rules=LoadRules(allow_missing=("classifier.[",)))
 
 
 def test_casts_are_summarised_by_kind_and_strict_dtype_fails_them(tmp_path):

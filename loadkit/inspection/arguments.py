@@ -15,8 +15,9 @@ from typing import Any
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
 prefix), dtypes and shards. With --model, a load simulated on the meta device: which mapper rule
-fired for which key, the pooling probe's verdict (old and new), unexpected and missing names with
-the nearest names, shape mismatches and dtype casts."""
+fired for which key, unexpected and missing names with the nearest names, shape mismatches and
+dtype casts; for a pooling model (one with is_pooling_model, as loadkit.as_pooling_model makes;
+the built-in and hf models are not) or with --probe, the pooling probe's verdict (old and new)."""
 
 INSPECT_EPILOG = """\
 exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
@@ -49,6 +50,15 @@ def _tp(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _pattern(text: str) -> str:
+    from loadkit.inspection.options import pattern_problem
+
+    problem = pattern_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"invalid pattern {text!r}: {problem}")
+    return text
 
 
 def model_arg(text: str) -> tuple[str, Any]:
@@ -175,14 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
             "S",
             "... or when it ends with S",
         ),
-        (
-            "--allow-missing",
-            "allow_missing",
-            "PATTERN",
-            "model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
-        ),
     ]:
         rules.add_argument(flag, dest=dest, metavar=metavar, action="append", default=[], help=text)
+    rules.add_argument(
+        "--allow-missing",
+        dest="allow_missing",
+        metavar="PATTERN",
+        type=_pattern,
+        action="append",
+        default=[],
+        help="model tensors matching PATTERN (shell-style, e.g. 'classifier.*') may stay unfilled",
+    )
     rules.add_argument(
         "--strict-dtype",
         action="store_true",
@@ -192,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument(
         "--probe",
         action="store_true",
-        help="report the pooling probe's verdicts for a model that is not a pooling one (a "
-        "pooling model always gets them)",
+        help="report the pooling probe's verdicts for a model that is not a pooling one (only "
+        "a model with is_pooling_model, as loadkit.as_pooling_model makes, gets them unasked)",
     )
     return parser
 

@@ -24,7 +24,7 @@ from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
 from loadkit.errors import LoadkitError, MapperConfigError, printable
 from loadkit.inspection.layout import LayoutNode, build_layout
-from loadkit.inspection.options import LoadRules
+from loadkit.inspection.options import LoadRules, pattern_problem
 from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary, MapperReport, RuleUse, ShardSummary
 
@@ -317,6 +317,10 @@ def inspect_checkpoint(
         >>> report.clean, report.exit_status, report.probe
         (True, 0, None)
     """
+    for pattern in rules.allow_missing if rules else ():
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
     problems: list[IndexProblem] = []
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint

@@ -9,6 +9,29 @@ from __future__ import annotations
 from loadkit.checkpoint.record import Record
 
 
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is no shell-style pattern, or ``None``: a ``[`` that opens a character
+    class never closed. ``fnmatch`` would take that ``[`` literally, and model tensor names have
+    none: the pattern would quietly match nothing (``[[]`` is a literal ``[``).
+
+    Example:
+        >>> pattern_problem("layers.[0-3].*") is None, pattern_problem("layers.[0-3.*")
+        (True, "'[' at 7 opens a character class never closed (a literal '[' is '[[]')")
+    """
+    i = pattern.find("[")
+    while i >= 0:
+        j = i + 1  # fnmatch's reading: a leading '!' negates, a leading ']' is a member
+        if pattern.startswith("!", j):
+            j += 1
+        if pattern.startswith("]", j):
+            j += 1
+        end = pattern.find("]", j)
+        if end < 0:
+            return f"'[' at {i} opens a character class never closed (a literal '[' is '[[]')"
+        i = pattern.find("[", end + 1)
+    return None
+
+
 class LoadRules(Record):
     """Extra rules, as if the model's root ``AutoWeightsLoader`` had been built with them
     (``skip_prefixes``, ``ignore_unexpected_prefixes``, ``ignore_unexpected_suffixes``), and

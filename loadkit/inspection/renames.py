@@ -41,15 +41,30 @@ def _blocking_keys(name: str) -> Iterator[tuple[object, ...]]:
         yield ("one", n, i, ".".join([*parts[:i], "*", *parts[i + 1 :]]))
 
 
-def _shared(a: str, b: str) -> int:
-    """Dotted components ``a`` and ``b`` share at their start plus at their end."""
-    pa, pb = a.split("."), b.split(".")
+def shared_ends(a: Sequence[str], b: Sequence[str]) -> tuple[int, int]:
+    """How many components ``a`` and ``b`` share at their start, then at their end (the end
+    stops where the start did: no component counts twice). Pairing ranks by their sum;
+    ``suggest`` turns what lies between them into a mapper rule.
+
+    Example:
+        >>> shared_ends("bert.pooler.dense.weight".split("."), "pooler.dense.weight".split("."))
+        (0, 3)
+        >>> shared_ends(["a", "b"], ["a", "b", "b"])
+        (2, 0)
+    """
+    shortest = min(len(a), len(b))
     front = 0
-    while front < min(len(pa), len(pb)) and pa[front] == pb[front]:
+    while front < shortest and a[front] == b[front]:
         front += 1
     back = 0
-    while back < min(len(pa), len(pb)) - front and pa[-1 - back] == pb[-1 - back]:
+    while back < shortest - front and a[-1 - back] == b[-1 - back]:
         back += 1
+    return front, back
+
+
+def _shared(a: str, b: str) -> int:
+    """Dotted components ``a`` and ``b`` share at their start plus at their end."""
+    front, back = shared_ends(a.split("."), b.split("."))
     return front + back
 
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from loadkit.inspection.renames import shared_ends
+
 MIN_SUPPORT = 2  # a rule explaining a single pair is that pair's rename, not a pattern
 MAX_RULES = 4
 
@@ -46,12 +48,7 @@ class Suggestion(NamedTuple):
 
 def _plain_rule(key: str, tensor: str) -> Rule | None:
     a, b = key.split("."), tensor.split(".")
-    front = 0
-    while front < min(len(a), len(b)) and a[front] == b[front]:
-        front += 1
-    back = 0
-    while back < min(len(a), len(b)) - front and a[-1 - back] == b[-1 - back]:
-        back += 1
+    front, back = shared_ends(a, b)
     old, new = ".".join(a[front : len(a) - back]), ".".join(b[front : len(b) - back])
     if front == 0 and back == 0:
         return None  # nothing in common: a rename, not a pattern

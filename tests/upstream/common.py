@@ -1,4 +1,5 @@
-"""What every differential property shares: the two sides, outcomes, and the tally.
+"""What every differential property shares: the two sides, the stream both load, outcomes and
+their differences, and the tally.
 
 A property builds the same case twice, once from upstream's definitions and once from loadkit's,
 runs both, and lists every difference it sees. A difference either matches one of the deviations
@@ -20,6 +21,8 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from loadkit.errors import NestedWeightError, ShapeMismatchError, UnknownNameError, WeightLoadError
 
 EXAMPLES = int(os.environ.get("LOADKIT_UPSTREAM_EXAMPLES", "1000"))
 CENSUS = os.environ.get("LOADKIT_UPSTREAM_CENSUS") == "1"
@@ -78,6 +81,11 @@ def upstream_side(up) -> Side:
     )
 
 
+def sides(up) -> tuple[Side, Side]:
+    """Upstream's side, then loadkit's: the order every property runs them in."""
+    return upstream_side(up), loadkit_side()
+
+
 # --- outcomes ----------------------------------------------------------------------------------
 
 
@@ -119,6 +127,17 @@ class Counted:
         item = next(self._it)
         self.pulled += 1
         return item
+
+
+def stream(
+    entries: Iterable[tuple[str, tuple[int, ...], torch.dtype]], prefix: str = ""
+) -> Counted:
+    """A checkpoint stream of ``entries`` (name, shape, dtype), each name after ``prefix``, each
+    value ``exact_values`` seeded by its position: the same stream for both sides."""
+    return Counted(
+        (prefix + name, exact_values(shape, 100 + i, dtype))
+        for i, (name, shape, dtype) in enumerate(entries)
+    )
 
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -183,6 +202,64 @@ class Difference:
     def __post_init__(self) -> None:
         if self.deviation is not None and self.deviation not in DEVIATIONS:
             raise KeyError(self.deviation)
+
+
+def error_deviation(u: BaseException, k: BaseException) -> str | None:
+    """The deviation that explains upstream raising ``u`` where loadkit raised ``k``, if any:
+    loadkit's error classes for upstream's bare ones, and its shorter unknown-name messages."""
+    text = str(u)
+    if isinstance(k, UnknownNameError) and type(u) is ValueError:
+        if text.startswith(f"There is no module or parameter named {k.name!r} "):
+            return "error-messages"
+    if isinstance(k, NestedWeightError) and type(u) is ValueError:
+        if text.startswith(f"Attempted to load nested weight {k.name!r} "):
+            return "error-messages"
+    if isinstance(k, ShapeMismatchError) and isinstance(u, AssertionError):
+        if f"({torch.Size(k.weight_shape)})" in text and f"({torch.Size(k.param_shape)})" in text:
+            return "errors"
+    if isinstance(k, WeightLoadError) and k.__cause__ is not None:
+        cause = k.__cause__
+        if type(cause) is type(u) and str(cause) == str(u):
+            return "errors"
+    return None
+
+
+def raised_differences(
+    u: Outcome,
+    k: Outcome,
+    classify: Callable[[BaseException, BaseException], str | None] = error_deviation,
+    what: str = "",
+) -> list[Difference]:
+    """Where either side raised: a difference unless both raised the same exception type;
+    different types may be a deviation ``classify`` names. Nothing when neither raised (the
+    caller compares values then). ``what`` labels the call in the message."""
+    if not (u.raised or k.raised):
+        return []
+    text = f"{what}upstream {u.describe()}; loadkit {k.describe()}"
+    if not (u.raised and k.raised):
+        return [Difference(text)]
+    assert u.error is not None and k.error is not None
+    if type(u.error) is not type(k.error):
+        return [Difference(text, classify(u.error, k.error))]
+    return []
+
+
+def tensor_differences(
+    u_model: torch.nn.Module,
+    k_model: torch.nn.Module,
+    classify: Callable[[str, torch.Tensor, torch.Tensor], str | None] = lambda n, u, k: None,
+) -> list[Difference]:
+    """Every tensor (``all_tensors``) whose values differ between the two models; ``classify``
+    (name, upstream's, loadkit's) may name the deviation that explains it."""
+    ut, kt = all_tensors(u_model), all_tensors(k_model)
+    return [
+        Difference(
+            f"tensor {name}: upstream {ut[name]}, loadkit {kt[name]}",
+            classify(name, ut[name], kt[name]),
+        )
+        for name in ut
+        if not same_tensor(ut[name], kt[name])
+    ]
 
 
 @dataclass

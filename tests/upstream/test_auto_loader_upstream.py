@@ -8,26 +8,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadkit.errors import (
-    NestedWeightError,
-    ShapeMismatchError,
-    UnknownNameError,
-    WeightLoadError,
-)
 from loadkit.loading.auto_loader import BIAS_RULE
 from loadkit.loading.ledger import LOADED, UNCONSUMED
 from upstream.common import (
     PROPERTY,
-    Counted,
     Difference,
-    all_tensors,
-    exact_values,
-    loadkit_side,
+    raised_differences,
     rare,
     record,
     run,
-    same_tensor,
-    upstream_side,
+    sides,
+    stream,
+    tensor_differences,
 )
 from upstream.trees import TreeSpec, build, join, tree_specs
 
@@ -130,36 +122,15 @@ def _mapper(side, mapped):
     )
 
 
-def _error_deviation(u: BaseException, k: BaseException) -> str | None:
-    text = str(u)
-    if isinstance(k, UnknownNameError) and type(u) is ValueError:
-        if text.startswith(f"There is no module or parameter named {k.name!r} "):
-            return "error-messages"
-    if isinstance(k, NestedWeightError) and type(u) is ValueError:
-        if text.startswith(f"Attempted to load nested weight {k.name!r} "):
-            return "error-messages"
-    if isinstance(k, ShapeMismatchError) and isinstance(u, AssertionError):
-        if f"({torch.Size(k.weight_shape)})" in text and f"({torch.Size(k.param_shape)})" in text:
-            return "errors"
-    if isinstance(k, WeightLoadError) and k.__cause__ is not None:
-        cause = k.__cause__
-        if type(cause) is type(u) and str(cause) == str(u):
-            return "errors"
-    return None
-
-
 def load_both(up, spec, entries, lists, mapped):
     results = {}
-    for side in (upstream_side(up), loadkit_side()):
+    for side in sides(up):
         model = build(spec, side)
         given_lists = copy.deepcopy(lists)
-        stream = Counted(
-            (("ckpt." if mapped else "") + name, exact_values(shape, 100 + i, dtype))
-            for i, (name, shape, dtype) in enumerate(entries)
-        )
+        weights = stream(entries, "ckpt." if mapped else "")
         loader = side.AutoWeightsLoader(model, **given_lists)
-        out = run(lambda: loader.load_weights(stream, mapper=_mapper(side, mapped)))  # noqa: B023
-        results[side.name] = (out, model, stream.pulled, given_lists, loader)
+        out = run(lambda: loader.load_weights(weights, mapper=_mapper(side, mapped)))  # noqa: B023
+        results[side.name] = (out, model, weights.pulled, given_lists, loader)
     return results
 
 
@@ -168,14 +139,8 @@ def compare(results, lists) -> list[Difference]:
         results["upstream"],
         results["loadkit"],
     )
-    diffs: list[Difference] = []
-    if u.raised or k.raised:
-        if not (u.raised and k.raised):
-            diffs.append(Difference(f"upstream {u.describe()}; loadkit {k.describe()}"))
-        elif type(u.error) is not type(k.error):
-            dev = _error_deviation(u.error, k.error)
-            diffs.append(Difference(f"upstream {u.describe()}; loadkit {k.describe()}", dev))
-    elif u.value != k.value:
+    diffs = raised_differences(u, k)
+    if not (u.raised or k.raised) and u.value != k.value:
         diffs.append(
             Difference(
                 f"returned sets differ: only upstream {sorted(u.value - k.value)}, "
@@ -193,10 +158,7 @@ def compare(results, lists) -> list[Difference]:
                 f"loadkit {k_model.received}"
             )
         )
-    ut, kt = all_tensors(u_model), all_tensors(k_model)
-    for name in ut:
-        if not same_tensor(ut[name], kt[name]):
-            diffs.append(Difference(f"tensor {name}: upstream {ut[name]}, loadkit {kt[name]}"))
+    diffs += tensor_differences(u_model, k_model)
     diffs += _ledger_problems(results["loadkit"][4], k)
     if u_lists != k_lists:
         dev = "caller-lists" if k_lists == lists else None

@@ -10,18 +10,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import loadkit
 from upstream.common import (
     PROPERTY,
-    Counted,
     Difference,
-    all_tensors,
-    exact_values,
-    loadkit_side,
+    raised_differences,
     rare,
     record,
     run,
-    same_tensor,
-    upstream_side,
+    sides,
+    stream,
+    tensor_differences,
 )
-from upstream.test_auto_loader_upstream import _error_deviation
 from upstream.trees import TreeSpec, build, tree_specs
 
 
@@ -118,31 +115,22 @@ def cases(draw):
 def test_pooling_probe_like_upstream(up, case):
     spec, entries, own_load, mapper_rules = case
     results = {}
-    for side in (upstream_side(up), loadkit_side()):
+    for side in sides(up):
         cls = model_class(spec, side, own_load=own_load, mapper_rules=mapper_rules)
         pooling = (
             up.pooling_class(cls) if side.name == "upstream" else loadkit.as_pooling_model(cls)
         )
         model = pooling(vllm_config=None)
-        stream = Counted(
-            (name, exact_values(shape, 100 + i, dtype))
-            for i, (name, shape, dtype) in enumerate(entries)
-        )
+        weights = stream(entries)
         with CloneTrace() as clones:
-            out = run(lambda: model.load_weights(stream))  # noqa: B023
-        results[side.name] = (out, model, stream.pulled, clones.clones)
+            out = run(lambda: model.load_weights(weights))  # noqa: B023
+        results[side.name] = (out, model, weights.pulled, clones.clones)
     (u, u_model, u_pulled, u_clones), (k, k_model, k_pulled, k_clones) = (
         results["upstream"],
         results["loadkit"],
     )
-    diffs: list[Difference] = []
-    if u.raised or k.raised:
-        if not (u.raised and k.raised):
-            diffs.append(Difference(f"upstream {u.describe()}; loadkit {k.describe()}"))
-        elif type(u.error) is not type(k.error):
-            dev = _error_deviation(u.error, k.error)
-            diffs.append(Difference(f"upstream {u.describe()}; loadkit {k.describe()}", dev))
-    elif u.value != k.value:
+    diffs = raised_differences(u, k)
+    if not (u.raised or k.raised) and u.value != k.value:
         diffs.append(Difference(f"returned {sorted(u.value)} vs {sorted(k.value)}"))
     if u_clones != k_clones:
         diffs.append(Difference(f"clones (numel each): upstream {u_clones}, loadkit {k_clones}"))
@@ -152,8 +140,5 @@ def test_pooling_probe_like_upstream(up, case):
         diffs.append(
             Difference(f"forwarded: upstream {u_model.forwarded}, loadkit {k_model.forwarded}")
         )
-    ut, kt = all_tensors(u_model), all_tensors(k_model)
-    for name in ut:
-        if not same_tensor(ut[name], kt[name]):
-            diffs.append(Difference(f"tensor {name} differs"))
+    diffs += tensor_differences(u_model, k_model)
     record("pooling probe", diffs)

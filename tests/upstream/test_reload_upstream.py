@@ -29,13 +29,14 @@ from upstream.common import (
     all_tensors,
     exact_values,
     loadkit_side,
+    raised_differences,
     rare,
     record,
     run,
     same_tensor,
+    tensor_differences,
     upstream_side,
 )
-from upstream.test_auto_loader_upstream import _error_deviation
 from upstream.trees import build, layer_path, tree_specs
 
 COUNT = re.compile(r"(\d+) / (\d+)")
@@ -166,22 +167,12 @@ def test_layerwise_reload_like_upstream(up, case):
     k_model, k_before, k_init, k_out, k_fin, k_load, k_final = run_loadkit(
         spec, driver, order, [w.clone() for w in weights]
     )
-    diffs: list[Difference] = []
     if k_init.raised:
         dev = "tied-reload" if spec.ties and isinstance(k_init.error, ReloadStateError) else None
         record("layerwise reload", [Difference(f"loadkit {k_init.describe()}", dev)])
         return
-    if u_out.raised or k_out.raised:
-        if not (u_out.raised and k_out.raised):
-            diffs.append(
-                Difference(f"load: upstream {u_out.describe()}; loadkit {k_out.describe()}")
-            )
-        elif type(u_out.error) is not type(k_out.error):
-            dev = _error_deviation(u_out.error, k_out.error)
-            diffs.append(
-                Difference(f"load: upstream {u_out.describe()}; loadkit {k_out.describe()}", dev)
-            )
-    elif driver == "auto" and u_out.value != k_out.value:
+    diffs = raised_differences(u_out, k_out, what="load: ")
+    if not (u_out.raised or k_out.raised) and driver == "auto" and u_out.value != k_out.value:
         diffs.append(Difference(f"loaded sets: {sorted(u_out.value)} vs {sorted(k_out.value)}"))
     for fin, side in ((u_fin, "upstream"), (k_fin, "loadkit")):
         if fin.raised:
@@ -193,21 +184,20 @@ def test_layerwise_reload_like_upstream(up, case):
         diffs += _trace_difference("load trace", u_load, k_load, bn)
     if sorted(u_final) != sorted(k_final):
         diffs += _trace_difference("finalize", sorted(u_final), sorted(k_final), bn)
-    ut, kt = all_tensors(u_model), all_tensors(k_model)
     initial = all_tensors(build(spec, loadkit_side()))
     steps = reload_log(k_model)
     loaded = {(s.layer, s.parameter) for s in steps if not s.dropped and s.parameter}
     dropped = {(s.layer, s.parameter) for s in steps if s.dropped}
-    for name in ut:
-        if not same_tensor(ut[name], kt[name]):
-            layer, _, leaf = name.rpartition(".")
-            if (layer, leaf) in dropped:
-                dev = "late-load"  # upstream wrote it into the live tensor; loadkit dropped it
-            elif layer in bn:
-                dev = "bn-stats"  # the stats, and the layer finalised at another moment
-            else:
-                dev = _value_deviation(name, ut[name], kt[name], initial[name], loaded)
-            diffs.append(Difference(f"tensor {name}: upstream {ut[name]}, loadkit {kt[name]}", dev))
+
+    def deviation(name, u, k):
+        layer, _, leaf = name.rpartition(".")
+        if (layer, leaf) in dropped:
+            return "late-load"  # upstream wrote it into the live tensor; loadkit dropped it
+        if layer in bn:
+            return "bn-stats"  # the stats, and the layer finalised at another moment
+        return _value_deviation(name, u, k, initial[name], loaded)
+
+    diffs += tensor_differences(u_model, k_model, deviation)
     for model, before, side in ((u_model, u_before, "upstream"), (k_model, k_before, "loadkit")):
         moved = [n for n, t in all_tensors(model).items() if t.data_ptr() != before[n]]
         if moved:

@@ -16,10 +16,12 @@ from upstream.common import (
     Difference,
     exact_values,
     loadkit_side,
+    raised_differences,
     rare,
     record,
     run,
     same_tensor,
+    sides,
     upstream_side,
 )
 
@@ -72,9 +74,8 @@ def _error_deviation(u, k, param_shape, weight_shape) -> str | None:
 
 def _compare_load(up, prop, make_loader, case):
     shape, weight_shape, pdtype, wdtype, seed = case
-    diffs: list[Difference] = []
     results = {}
-    for side in (upstream_side(up), loadkit_side()):
+    for side in sides(up):
         param = torch.nn.Parameter(exact_values(shape, seed, pdtype), requires_grad=False)
         weight = exact_values(weight_shape, seed + 1, wdtype)
         loader = make_loader(side)
@@ -82,13 +83,8 @@ def _compare_load(up, prop, make_loader, case):
             out = run(lambda: loader(param, weight))  # noqa: B023
         results[side.name] = (out, param.detach().clone(), trace.copies)
     (u, u_param, u_copies), (k, k_param, k_copies) = results["upstream"], results["loadkit"]
-    if u.raised or k.raised:
-        if not (u.raised and k.raised):
-            diffs.append(Difference(f"upstream {u.describe()}, loadkit {k.describe()}"))
-        elif type(u.error) is not type(k.error):
-            dev = _error_deviation(u.error, k.error, shape, weight_shape)
-            diffs.append(Difference(f"upstream {u.describe()}, loadkit {k.describe()}", dev))
-    elif u.value != k.value:
+    diffs = raised_differences(u, k, lambda ue, ke: _error_deviation(ue, ke, shape, weight_shape))
+    if not (u.raised or k.raised) and u.value != k.value:
         diffs.append(Difference(f"returned {u.value!r} vs {k.value!r}"))
     if not same_tensor(u_param, k_param):
         diffs.append(Difference(f"parameter after load: {u_param} vs {k_param}"))

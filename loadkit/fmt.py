@@ -85,39 +85,59 @@ def table(
     return "\n".join(lines)
 
 
+# The width text for people is held to: notebook outputs (loadkit.demo.saved checks them), tables.
+WIDTH = 100
+
 # Tree drawing characters: a wrapped tree line continues under its branch, not under the fork.
 _TREE = str.maketrans({"├": "│", "└": " ", "─": " "})
+_LEAD = " │├└─"
 
 
-def wrap(text: str, width: int = 100, *, hang: int = 4) -> str:
-    """Fold every line longer than ``width`` at spaces; continuation lines keep the line's own
-    indent plus ``hang`` spaces (a tree line's ``├──`` continues as ``│``).
+def wrap(text: str, width: int = WIDTH, *, hang: int | None = None) -> str:
+    """Fold every line longer than ``width`` at spaces, keeping each word whole.
 
-    Words longer than the width (a long key, a rule of dashes) are never split, so a name stays
-    whole and copyable; such a line can stay wider than ``width``.
+    A continuation line goes two columns right of the line's second word (``key: value...``
+    continues under ``value``, a little in), so it is never mistaken for a child line at the
+    line's own indent plus a step; with ``hang``, or when that column is past half the width,
+    it goes ``hang`` (default 4) columns right of the line's indent. A tree line's ``├──``
+    continues as ``│``. Words longer than the width (a long key, a rule of dashes) are never
+    split, so a name stays whole and copyable, and such a line can stay wider than ``width``.
 
     >>> print(wrap("key: " + "word " * 5, width=16))
     key: word word
-        word word
-        word
+           word word
+           word
     >>> print(wrap("├── a b c d", width=8, hang=2))
     ├── a b
     │     c
     │     d
     """
     out = []
-    for line in text.split("\n"):
+    for line in text.expandtabs().split("\n"):
         if len(line) <= width:
             out.append(line)
             continue
-        lead = len(line) - len(line.lstrip(" │├└─"))
-        indent = line[:lead].translate(_TREE) + " " * hang
-        out += _fold(line, width, line[:lead], indent)
+        lead = len(line) - len(line.lstrip(_LEAD))
+        column = lead + (4 if hang is None else hang)
+        if hang is None:
+            second = _second_word(line, lead)
+            if second is not None and second + 2 <= width // 2:
+                column = second + 2
+        indent = line[:lead].translate(_TREE) + " " * (column - lead)
+        out += _fold(line, width, line[:lead], indent) or [line.rstrip()]  # blank: kept
     return "\n".join(out)
 
 
+def _second_word(line: str, lead: int) -> int | None:
+    gap = line.find(" ", lead)
+    if gap < 0:
+        return None
+    start = len(line) - len(line[gap:].lstrip(" "))
+    return start if start < len(line) else None
+
+
 def _fold(line: str, width: int, first: str, indent: str) -> list[str]:
-    import textwrap
+    import textwrap  # here: the header-only inspector imports this module and rarely folds
 
     return textwrap.wrap(
         line[len(first) :],

@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from loadkit.fmt import WIDTH
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 1_500_000  # per notebook
-MAX_COLUMNS = 100  # printed text
+MAX_COLUMNS = WIDTH  # printed text and the text form of results
 
 
 def _outputs(nb: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -73,8 +75,11 @@ def problems(path: str | Path, max_columns: int | None = MAX_COLUMNS) -> list[st
             found.append(f"{path.name} cell {i}: {plain.splitlines()[0]!r} has no picture")
         if plain.startswith(("FigureWidget(", "Figure(")):
             found.append(f"{path.name} cell {i}: a figure's repr as text ({plain[:30]}...)")
-        # Printed text and the text form of results: what nbval compares and a terminal shows.
-        text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else plain
+        # Printed text, results' text and error messages: what nbval compares and a terminal shows.
+        kind = out.get("output_type", "")
+        text = {"stream": "".join(out.get("text", "")), "error": out.get("evalue", "")}.get(
+            kind, plain
+        )
         limit = max_columns if max_columns is not None else float("inf")
         for line in text.splitlines():
             if len(line) > limit:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.fmt import table, wrap
+from loadkit.fmt import WIDTH, table, wrap
 
 
 @dataclass
@@ -45,9 +45,12 @@ class Record:
         s.x.append(x)
         s.y.append(y)
 
-    def summary(self, width: int = 100) -> str:
-        """The outcome as aligned ``key : value`` lines, stable for notebook checks; a value
-        too long for ``width`` columns continues on the next lines, under its start.
+    def summary(self, width: int = WIDTH) -> str:
+        """The outcome as aligned ``key : value`` lines, stable for notebook checks.
+
+        Keys are padded to the longest of them up to a third of ``width``; a longer key, when its
+        value would not fit after it, has its line to itself. A value too long for the line
+        continues on the next lines under its start.
 
         >>> r = Record("new", outcome={"loaded": 3, "names": ["a.weight", "b.weight"]})
         >>> print(r.summary(width=24))
@@ -56,15 +59,16 @@ class Record:
           names  : ['a.weight',
                    'b.weight']
         """
-        keys = max((len(k) for k in self.outcome), default=0)
+        pad = min(max((len(k) for k in self.outcome), default=0), width // 3)
+        column = 2 + pad + 3  # where values start: "  " key " : "
         lines = [f"[{self.behaviour}]"]
         for k, v in self.outcome.items():
-            head = f"  {k.ljust(keys)} : "
-            # Past the middle, the value starts on its own line (else it would be a narrow strip).
-            if len(head) > width // 2 and len(head) + len(_fmt(v)) > width:
+            value = _fmt(v).replace("\n", "\n" + " " * column)
+            head = f"  {k.ljust(pad)} : "
+            if len(head) > column and len(head) + len(value.split("\n")[0]) > width:
                 lines.append(head.rstrip())
-                head = "      "
-            lines.append(wrap(head + _fmt(v), width, hang=len(head.lstrip())))
+                head = " " * column
+            lines.append(wrap(head + value, width, hang=len(head.lstrip())))
         return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.demo.stories import DATA_DIR
-from loadkit.fmt import format_bytes, table
+from loadkit.fmt import WIDTH, format_bytes, table, wrap
 from loadkit.inspection.inspector import InspectReport, inspect_checkpoint
 from loadkit.inspection.layout import treemap_columns
 from loadkit.models.registry import BUILTIN, FROM_CONFIG
@@ -372,12 +372,12 @@ def tiny_hf_checkpoint(folder: str | os.PathLike[str], arch: str = "llama", seed
 
 
 def report_sections(
-    report: InspectReport, *names: str, limit: int = 20, verdict: bool = True
+    report: InspectReport, *names: str, limit: int = 20, verdict: bool = True, width: int = WIDTH
 ) -> str:
     """The named sections of the report's text (``"model"``, ``"mapper"``, ``"load"``...) in
-    the order named, and its verdict."""
+    the order named, and its verdict; lines longer than ``width`` folded (``fmt.wrap``)."""
     blocks = {b.split(maxsplit=1)[0]: b for b in report.render(limit=limit).split("\n\n") if b}
     keep = [blocks[n] for n in names if n in blocks]
     if verdict:
         keep.append(blocks["verdict:"])
-    return "\n\n".join(keep)
+    return wrap("\n\n".join(keep), width)

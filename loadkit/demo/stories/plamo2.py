@@ -22,6 +22,7 @@ from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.demo.show import Table
 from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import CheckpointError
+from loadkit.fmt import WIDTH, wrap
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.models._common import RMSNorm, rms_norm
@@ -260,12 +261,19 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
     return Table(head, shown, more)
 
 
-def delegation_picture(behaviour: str = "new", *, tied: bool = False, examples: int = 2) -> str:
+def delegation_picture(
+    behaviour: str = "new", *, tied: bool = False, examples: int = 2, width: int = WIDTH
+) -> str:
     """The load as a tree: which level got which names, spelled as that level saw them.
 
     Drawn from a real load: the root ledger (what the walk did with each first name component)
-    and the names ``Plamo2Model.load_weights`` actually received.
+    and the names ``Plamo2Model.load_weights`` actually received. Lines longer than ``width``
+    are folded (``fmt.wrap``).
     """
+    return wrap(_delegation_lines(behaviour, tied, examples), width)
+
+
+def _delegation_lines(behaviour: str, tied: bool, examples: int) -> str:
     kind = _kind(tied)
     config, weights = config_of(kind), read_weights(kind)
     model = load(behaviour, config, weights)

@@ -20,7 +20,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import Checkpoint
 from loadkit.demo.stories import DATA_DIR
-from loadkit.fmt import table
+from loadkit.fmt import WIDTH, table, wrap
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.counting import CopyCounter
@@ -185,8 +185,11 @@ def loader_table(model: nn.Module) -> str:
     return table(rows)
 
 
-def journey(name: str, ck: Checkpoint, model: TinyHybrid, ledger: LoadLedger) -> str:
-    """One checkpoint name from the header to the parameter it ends in."""
+def journey(
+    name: str, ck: Checkpoint, model: TinyHybrid, ledger: LoadLedger, width: int = WIDTH
+) -> str:
+    """One checkpoint name from the header to the parameter it ends in (lines longer than
+    ``width`` folded, ``fmt.wrap``)."""
     info = ck.tensors[name]
     mapper = model.hf_to_vllm_mapper
     t = mapper.trace(name)
@@ -205,7 +208,7 @@ def journey(name: str, ck: Checkpoint, model: TinyHybrid, ledger: LoadLedger) ->
         fn = loader_of(param)
         lines.append(f"loader      {getattr(fn, '__qualname__', fn)}(param, loaded_weight)")
     lines.append(f"ledger      {entry.status} {entry.detail}".rstrip())
-    return "\n".join(lines)
+    return wrap("\n".join(lines), width)
 
 
 def sankey_columns(ledger: LoadLedger) -> dict[str, list[Any]]:

@@ -90,7 +90,7 @@ class _Parser(argparse.ArgumentParser):
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """argparse's formatter, told the terminal's width: left to itself it imports shutil (and
-    with it bz2, lzma and zlib), a fifth of a header-only inspect's own import time."""
+    with it bz2, lzma and zlib) for every command that goes through the parser."""
 
     def __init__(self, prog: str) -> None:
         try:

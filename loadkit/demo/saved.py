@@ -23,7 +23,6 @@ from loadkit.fmt import WIDTH
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 1_500_000  # per notebook
-MAX_COLUMNS = WIDTH  # printed text and the text form of results
 
 
 def _outputs(nb: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -55,7 +54,7 @@ def drop_dead_views(nb: dict[str, Any]) -> int:
     return dropped
 
 
-def problems(path: str | Path, max_columns: int | None = MAX_COLUMNS) -> list[str]:
+def problems(path: str | Path, max_columns: int | None = WIDTH) -> list[str]:
     """What keeps a saved notebook from reading well without a kernel, one line per problem
     (``max_columns=None``: printed lines of any length)."""
     path = Path(path)

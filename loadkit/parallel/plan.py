@@ -9,7 +9,6 @@ first size that does not split is reported from building the model.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +19,6 @@ from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit.parallel.rowmap import RowMapEntry, render_row_map, row_map
 from loadkit.parallel.share import RankShare, simulate_rank
-
-WIDTH = 100  # columns of a rendered report
 
 
 @dataclass
@@ -73,16 +70,11 @@ class TPReport:
 
     def render(self, limit: int = 20) -> list[str]:
         from loadkit.fmt import format_bytes as fmt_bytes
+        from loadkit.fmt import wrap
 
         lines = [f"tensor parallel  tp={self.tp} (each rank simulated on the meta device)"]
         for f in self.findings:  # wrapped: reports are read in terminals and notebooks
-            lines += textwrap.wrap(
-                f"{f.severity:<5} {f.subject}: {f.message}",
-                width=WIDTH,
-                initial_indent="  ",
-                subsequent_indent="        ",
-                break_on_hyphens=False,
-            )
+            lines += wrap(f"  {f.severity:<5} {f.subject}: {f.message}", hang=6).split("\n")
         if not self.ranks:
             return lines
         lines.append("  rank  parameter bytes  elements loaded  load")

@@ -10,7 +10,6 @@ between results without starting processes again. The tp=1 run is the reference.
 from __future__ import annotations
 
 import functools
-import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from loadkit.demo.scenario import Record, Series, outcome_table
 from loadkit.demo.stories import DATA_DIR
+from loadkit.fmt import wrap
 from loadkit.parallel.launcher import run_tensor_parallel
 from loadkit.parallel.results import BUGS, Job, TPRun
 from loadkit.parallel.rowmap import render_row_map, row_map
@@ -381,11 +381,7 @@ def summary(bug: str, tp: int) -> str:
 
 def errors_text(bug: str, behaviour: str, tp: int) -> str:
     run = run_for(bug, behaviour, tp)
-    wrapped = [
-        textwrap.fill(e, width=100, subsequent_indent="    ", break_on_hyphens=False)
-        for e in run.errors
-    ]
-    return "\n".join(wrapped) or "no errors"
+    return "\n".join(wrap(e, hang=4) for e in run.errors) or "no errors"
 
 
 def cells_text(record: Record) -> str:

@@ -36,7 +36,7 @@ _EXPORTS = {
     "finalize_layerwise_reload": "loadkit.reload.layerwise",
     "reload_log": "loadkit.reload.layerwise",
     "inspect_checkpoint": "loadkit.inspection.inspector",
-    "InspectReport": "loadkit.inspection.inspector",
+    "InspectReport": "loadkit.inspection.report",
     "LoadkitError": "loadkit.errors",
     "Behaviour": "loadkit.vocab",
     "Status": "loadkit.vocab",

@@ -110,7 +110,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_sees_real_edges():
     # The checks below are only as good as the graph: it must see the imports we know of.
-    assert "loadkit.inspection.render" in GRAPH["loadkit.inspection.inspector"]  # module level
+    assert "loadkit.inspection.render" in GRAPH["loadkit.inspection.report"]  # module level
     assert "loadkit.models.registry" in GRAPH["loadkit.inspection.inspector"]  # in a function
     assert "loadkit.pooling.probe" in GRAPH["loadkit.inspection.render"]  # under TYPE_CHECKING
     assert "loadkit.errors" in GRAPH["loadkit.vocab"]
@@ -207,28 +207,6 @@ print(json.dumps({{"torch": "torch" in sys.modules, "lines": len(text.splitlines
     assert out.returncode == 0, out.stderr
     last = json.loads(out.stdout.strip().splitlines()[-1])
     assert last == {"torch": False, "lines": last["lines"], "mapper": True} and last["lines"] > 5
-
-
-def test_a_header_only_inspect_never_imports_dataclasses():
-    """``dataclasses`` imports ``inspect`` (ast, dis, tokenize): about 10 ms, a sixth of a
-    header-only run (``benchmarks/inspect_speed.py`` holds the ratio). Records on that path are
-    NamedTuples and slotted classes; dataclasses come with ``--mapper`` (the mapper's own records)
-    or ``--model``. Nor does a plain ``inspect PATH`` import ``typing`` (``Record`` stands in
-    for ``NamedTuple``), ``argparse`` (the parser is built for flags only) or ``difflib``: about
-    10 ms between them."""
-    code = f"""
-import contextlib, io, json, sys
-from loadkit.inspection.cli import main
-with contextlib.redirect_stdout(io.StringIO()) as out:
-    status = main(["inspect", {str(DATA / "plamo2" / "tied-with-lm-head")!r}])
-print(json.dumps({{"status": status, "printed": len(out.getvalue().splitlines()),
-                  "heavy": sorted({{"argparse", "dataclasses", "difflib", "inspect", "torch",
-                                   "typing"}} & set(sys.modules))}}))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    last = json.loads(out.stdout.strip().splitlines()[-1])
-    assert last["status"] == 0 and last["printed"] > 5 and last["heavy"] == [], last
 
 
 def test_simulate_is_the_inspection_module_that_needs_torch():

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from loadkit.inspection.arguments import parse_inspect
-from loadkit.inspection.cli import main, plain_inspect
+from loadkit.inspection.cli import main
 from loadkit.models.registry import BUILTIN
 
 
@@ -372,26 +372,6 @@ def test_argument_forms():
     assert (a.checkpoint, a.model, a.mapper, a.json, a.limit) == ("ck", "x:y", "{}", True, 3)
     assert parse_inspect(["--", "-odd-name"]).checkpoint == "-odd-name"
     assert parse_inspect(["ck", "--model", "a", "--model", "b"]).model == "b"
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["ck"], ["ck", "--json"], ["--json", "ck"], ["a b.safetensors"], [""], ["x=1"]],
-)
-def test_a_plain_inspect_reads_as_the_parser_reads_it(argv):
-    # main's shortcut past argparse for the common call: the same arguments, attribute for
-    # attribute (the parser's defaults included).
-    assert vars(plain_inspect(["inspect", *argv])) == vars(parse_inspect(argv))
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [[], ["inspect"], ["inspect", "-x"], ["inspect", "--", "ck"], ["inspect", "a", "b"],
-     ["inspect", "ck", "--json", "--json"], ["inspect", "ck", "--js"], ["inspect", "ck", "-h"],
-     ["other", "ck"]],
-)  # fmt: skip
-def test_any_other_command_line_goes_to_the_parser(argv):
-    assert plain_inspect(argv) is None
 
 
 def test_help_says_which_models_get_the_pooling_probe(capsys):

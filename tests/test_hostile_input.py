@@ -25,8 +25,9 @@ from loadkit.errors import (
     TruncatedCheckpointError,
 )
 from loadkit.inspection.cli import main
-from loadkit.inspection.inspector import inspect_checkpoint, parse_mapper
+from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.layout import build_layout
+from loadkit.inspection.mapper_trace import parse_mapper
 
 F32 = '"dtype":"F32","shape":[1],"data_offsets":[0,4]'
 

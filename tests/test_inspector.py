@@ -9,7 +9,8 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper, composed_weight_loader, default_weight_loader
 from loadkit.errors import LoadkitError, MapperConfigError
-from loadkit.inspection.inspector import inspect_checkpoint, parse_mapper
+from loadkit.inspection.inspector import inspect_checkpoint
+from loadkit.inspection.mapper_trace import parse_mapper
 from loadkit.models.registry import ModelSpecError
 
 

@@ -1,7 +1,5 @@
-"""``python -m loadkit``'s argument parser (argparse), for ``loadkit.inspection.cli``.
-
-Apart from the command line: a plain ``inspect PATH`` never builds it (argparse, its gettext
-lookups and the parser cost about 4 ms, a tenth of a header-only run; see ``cli``).
+"""``python -m loadkit``'s command line: the argument parser (argparse), and
+``parse_command``, which reads ``argv`` into one ``InspectCommand`` for ``loadkit.inspection.cli``.
 """
 
 from __future__ import annotations
@@ -10,7 +8,10 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
 
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
@@ -53,8 +54,6 @@ def _tp(text: str) -> int:
 
 
 def _pattern(text: str) -> str:
-    from loadkit.inspection.options import pattern_problem
-
     problem = pattern_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"invalid pattern {text!r}: {problem}")
@@ -115,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=INSPECT_EPILOG,
         formatter_class=_Formatter,
     )
+    _add_inputs(inspect)
+    _add_output(inspect)
+    _add_rules(inspect)
+    return parser
+
+
+def _add_inputs(inspect: argparse.ArgumentParser) -> None:
+    """The checkpoint, the model, its arguments and the mapper."""
     inspect.add_argument(
         "checkpoint",
         metavar="CHECKPOINT",
@@ -147,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a keyword argument for a callable --model (repeatable); VALUE is read as JSON "
         'when it parses (3, true, "x"), else as a string',
     )
+
+
+def _add_output(inspect: argparse.ArgumentParser) -> None:
+    """What the report shows and how: JSON, the tensor-parallel ranks, list lengths, tracebacks."""
     inspect.add_argument("--json", action="store_true", help="print the report as one JSON line")
     inspect.add_argument(
         "--tp",
@@ -168,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on an internal error, print the traceback (exit status 3 either way)",
     )
+
+
+def _add_rules(inspect: argparse.ArgumentParser) -> None:
+    """The load rules, as the model's root ``AutoWeightsLoader`` applies them, and ``--probe``."""
     rules = inspect.add_argument_group(
         "rules", "as the model's root AutoWeightsLoader applies them; each repeatable"
     )
@@ -208,7 +223,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="report the pooling probe's verdicts for a model that is not a pooling one (only "
         "a model with is_pooling_model, as loadkit.as_pooling_model makes, gets them unasked)",
     )
-    return parser
 
 
 _REPEATED = ("model_args", "skip_prefixes", "ignore_unexpected_prefixes",
@@ -231,3 +245,42 @@ def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
     (('n', 2),)
     """
     return parse_args(build_parser(), ["inspect", *argv])
+
+
+@dataclass(frozen=True)
+class InspectCommand:
+    """``python -m loadkit inspect``'s command line as one record: the inspector's options, and
+    how the report is printed (``--json``, ``--limit``, ``--debug``)."""
+
+    options: InspectOptions
+    json: bool = False
+    limit: int = 20
+    debug: bool = False
+
+
+def parse_command(argv: Sequence[str]) -> InspectCommand:
+    """``argv`` (the command first) as one record; argparse exits on ``--help`` or bad usage.
+
+    >>> command = parse_command(["inspect", "ck", "--model", "plamo2", "--strict-dtype"])
+    >>> command.options.model, command.options.rules.strict_dtype, command.json
+    ('plamo2', True, False)
+    """
+    args = parse_args(build_parser(), argv)
+    rules = LoadRules(
+        args.skip_prefixes,
+        args.ignore_unexpected_prefixes,
+        args.ignore_unexpected_suffixes,
+        args.allow_missing,
+        args.strict_dtype,
+    )
+    options = InspectOptions(
+        args.checkpoint,
+        model=args.model,
+        mapper=args.mapper,
+        mapper_label="--mapper",
+        rules=rules,
+        model_args=dict(args.model_args),
+        probe=True if args.probe else None,
+        tp=args.tp,
+    )
+    return InspectCommand(options, json=args.json, limit=args.limit, debug=args.debug)

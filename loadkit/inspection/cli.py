@@ -15,33 +15,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from types import SimpleNamespace
 
-from loadkit.errors import printable
-
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    import argparse
-
-# ``inspect PATH``, the common call, as ``loadkit.inspection.arguments`` parses it: read without
-# building the parser (tests/test_cli.py holds the two equal).
-_PLAIN_DEFAULTS = {
-    "command": "inspect", "model": None, "mapper": None, "model_args": (), "tp": None,
-    "limit": 20, "debug": False, "skip_prefixes": (), "ignore_unexpected_prefixes": (),
-    "ignore_unexpected_suffixes": (), "allow_missing": (), "strict_dtype": False, "probe": False,
-}  # fmt: skip
+from loadkit.errors import LoadkitError, printable
+from loadkit.inspection.arguments import InspectCommand, parse_command
+from loadkit.inspection.inspector import inspect
+from loadkit.inspection.options import LoadRules
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
-
-
-def plain_inspect(argv: Sequence[str]) -> SimpleNamespace | None:
-    """``inspect PATH`` with at most ``--json``: the arguments argparse would return, or
-    ``None`` for any other command line (which the parser reads)."""
-    rest = [a for a in argv[1:] if a != "--json"]
-    if not argv or argv[0] != "inspect" or len(argv) > 3 or len(rest) != 1 or rest[0][:1] == "-":
-        return None
-    return SimpleNamespace(**_PLAIN_DEFAULTS, checkpoint=rest[0], json=len(argv) == 3)
 
 
 def _fail(message: str, status: int, as_json: bool) -> int:
@@ -53,35 +34,19 @@ def _fail(message: str, status: int, as_json: bool) -> int:
     return status
 
 
-def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
-    from loadkit.errors import LoadkitError
-    from loadkit.inspection.inspector import inspect_checkpoint
-    from loadkit.inspection.options import LoadRules
-
-    rules = LoadRules(
-        args.skip_prefixes,
-        args.ignore_unexpected_prefixes,
-        args.ignore_unexpected_suffixes,
-        args.allow_missing,
-        args.strict_dtype,
-    )
-    if args.model is None and (args.model_args or rules != LoadRules() or args.probe):
+def inspect_command(command: InspectCommand) -> int:
+    """Inspect as ``command`` says, print the report; returns the exit status."""
+    options = command.options
+    if options.model is None and (
+        options.model_args or options.rules != LoadRules() or options.probe
+    ):
         return _fail("--model-arg, the load rules and --probe need a --model", EXIT_BAD_INPUT,
-                     args.json)  # fmt: skip
+                     command.json)  # fmt: skip
     try:
-        report = inspect_checkpoint(
-            args.checkpoint,
-            model=args.model,
-            mapper=args.mapper,
-            mapper_label="--mapper",
-            tp=args.tp,
-            rules=rules,
-            model_args=dict(args.model_args),
-            probe=True if args.probe else None,
-        )
-        text = report.to_json() if args.json else report.render(limit=args.limit)
+        report = inspect(options)
+        text = report.to_json() if command.json else report.render(limit=command.limit)
     except LoadkitError as exc:
-        return _fail(str(exc), EXIT_BAD_INPUT, args.json)
+        return _fail(str(exc), EXIT_BAD_INPUT, command.json)
     try:
         print(text)
         sys.stdout.flush()
@@ -92,25 +57,20 @@ def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m loadkit`` with ``argv``; returns the exit status (never raises)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args: argparse.Namespace | SimpleNamespace | None = plain_inspect(argv)
-    if args is None:
-        from loadkit.inspection.arguments import build_parser, parse_args
-
-        try:
-            args = parse_args(build_parser(), argv)
-        except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
-            return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
-        return inspect_command(args)
+        command = parse_command(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    try:
+        return inspect_command(command)
     except KeyboardInterrupt:
         print("loadkit inspect: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException as exc:  # a bug, or user code that escaped every check: one line
-        if args.debug:
+        if command.debug:
             import traceback
 
             traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        hint = "" if args.debug else " (rerun with --debug for the traceback)"
-        return _fail(message + hint, EXIT_INTERNAL, args.json)
+        hint = "" if command.debug else " (rerun with --debug for the traceback)"
+        return _fail(message + hint, EXIT_INTERNAL, command.json)

@@ -1,280 +1,47 @@
 """``inspect_checkpoint``: where a checkpoint's names meet a model's names, before any load.
 
-The report has sections, each present only when its inputs are:
+The inspector is a pipeline of small steps, each taking and returning plain records, in the
+order this module defines them:
 
-- ``checkpoint`` and ``layout``: from the safetensors headers alone (files, dtypes, the key tree);
-- ``mapper``: which ``WeightsMapper`` rule fired for which key, and which keys it drops;
-- ``model``, ``probe`` and ``load``: with a model, built on the meta device. ``probe`` is the
-  pooling adapter's prefix probe under ``"old"`` and ``"new"``; ``load`` is a simulated load
-  (``loadkit.inspection.simulate``): every key's fate, missing and unexpected names with the
-  nearest names, shape mismatches and dtype casts.
+1. ``read_checkpoint``: the safetensors headers (and a folder's index), never the tensor data;
+2. ``map_names``: the ``--mapper`` rules parsed, every checkpoint name traced through them;
+3. ``build``: the model on the meta device, with the given rules in place of its own
+   (``probe_prefixes`` then runs the pooling adapter's prefix probe, ``"old"`` and ``"new"``);
+4. ``load``: a simulated load (``loadkit.inspection.simulate``): every key's fate, missing and
+   unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
+   then traces the mapper the load used;
+5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load;
+6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
+7. the report (``loadkit.inspection.report.InspectReport``) holds the records.
 
-This module does not import torch: without a model the whole report is built from headers, and
-torch (over a second to import) is only paid for when a model is asked for.
+Without a model the pipeline stops after step 2. This module does not import torch: the steps
+that need it import it, so a header-only report is built from headers alone.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
-from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
-from loadkit.errors import LoadkitError, MapperConfigError, printable
-from loadkit.inspection.layout import LayoutNode, build_layout
-from loadkit.inspection.options import LoadRules, pattern_problem
-from loadkit.inspection.render import render_report
-from loadkit.inspection.summary import CheckpointSummary, MapperReport, RuleUse, ShardSummary
+from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
+from loadkit.errors import LoadkitError
+from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
+from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
+from loadkit.inspection.report import InspectReport
+from loadkit.inspection.summary import CheckpointSummary, MapperReport, summarize_checkpoint
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
-    from typing import Any
-
     from torch import nn
 
     from loadkit.inspection.fix import SuggestedFix
-    from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.records import ModelSummary
+    from loadkit.inspection.simulate import DryLoad
     from loadkit.mapper import WeightsMapper
     from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
-
-# The mapper and the probe are imported where used: a plain layout report needs neither, and
-# every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
-# For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
-
-SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
-MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
-
-
-def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
-    return {
-        "hit": v.hit,
-        "prefix": v.prefix,
-        "hit_index": v.hit_index,
-        "hit_key": v.hit_key,
-        "clones": v.walked,
-        "cloned_bytes": v.cloned_bytes,
-        "total_keys": v.total_keys,
-        "total_bytes": v.total_bytes,
-    }
-
-
-# --- the report ---------------------------------------------------------------------------------
-
-
-class InspectReport:
-    """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
-    ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
-    ``--json`` document."""
-
-    def __init__(
-        self,
-        checkpoint: CheckpointSummary,
-        mapper: MapperReport | None = None,
-        model: ModelSummary | None = None,
-        probe: dict[str, ProbeVerdict] | None = None,
-        load: LoadReport | None = None,
-        tensor_parallel: TPReport | None = None,
-        fix: SuggestedFix | None = None,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.mapper = mapper
-        self.model = model
-        self.probe = probe
-        self.load = load
-        self.tensor_parallel = tensor_parallel
-        self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
-        self._layouts: dict[bool, LayoutNode] = {}
-
-    def __repr__(self) -> str:
-        c = self.checkpoint
-        return f"<InspectReport {c.path}: {len(c.tensors)} tensors, clean={self.clean}>"
-
-    def _layout(self, fold: bool) -> LayoutNode:
-        if fold not in self._layouts:
-            items = ((t.name, t.nbytes, t.dtype, t.shape) for t in self.checkpoint.tensors)
-            self._layouts[fold] = build_layout(items, fold=fold)
-        return self._layouts[fold]
-
-    @property
-    def layout(self) -> LayoutNode:
-        """The key tree, one node per dotted prefix (built on first use)."""
-        return self._layout(False)
-
-    @property
-    def folded_layout(self) -> LayoutNode:
-        """The key tree with numbered siblings merged (``layers.{0-27}``): the report's view."""
-        return self._layout(True)
-
-    @property
-    def clean(self) -> bool | None:
-        """Would the checkpoint load cleanly into the model? ``None`` without a model."""
-        if self.load is None:
-            return None
-        return self.load.clean and not self.checkpoint.failing
-
-    @property
-    def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers and index are consistent);
-        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
-        not hold it."""
-        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
-
-    def problems(self) -> list[str]:
-        """Short descriptions of what keeps the checkpoint from loading cleanly."""
-        out = []
-        if self.checkpoint.failing:
-            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
-        out += self.load.problems() if self.load is not None else []
-        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA_VERSION,
-            "checkpoint": self.checkpoint.as_dict(),
-            "layout": self.folded_layout.as_dict(),
-            "mapper": self.mapper.as_dict() if self.mapper else None,
-            "model": self.model.as_dict() if self.model else None,
-            "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
-            "load": self.load.as_dict() if self.load else None,
-            "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
-            "suggested_fix": self.fix.as_dict() if self.fix else None,
-            "clean": self.clean,
-            "exit_status": self.exit_status,
-        }
-
-    def to_json(self, indent: int | None = None) -> str:
-        """One JSON document; one line by default (json's C encoder: indenting runs in Python
-        and costs more than the whole header parse of a 2000-name checkpoint)."""
-        return json.dumps(self.as_dict(), indent=indent)
-
-    def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
-        """The report as text: the sections in order, each list capped at ``limit`` rows."""
-        return render_report(self, limit=limit, max_depth=max_depth)
-
-    def __str__(self) -> str:
-        return self.render()
-
-
-# --- building it ----------------------------------------------------------------------------------
-
-
-def summarize_checkpoint(
-    ck: Checkpoint, problems: list[IndexProblem] | None = None
-) -> CheckpointSummary:
-    per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
-    dtypes: dict[str, list[int]] = {}
-    for t in ck.tensors.values():
-        s = per_file.setdefault(t.file, [0, 0])
-        s[0] += 1
-        s[1] += t.nbytes
-        d = dtypes.setdefault(t.dtype, [0, 0])
-        d[0] += 1
-        d[1] += t.nbytes
-    return CheckpointSummary(
-        ck.path,
-        [ShardSummary(f, n, b) for f, (n, b) in per_file.items()],
-        list(ck.tensors.values()),
-        ck.total_bytes,
-        {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
-        list(problems or []),
-    )
-
-
-def parse_mapper(
-    rules: WeightsMapper | Mapping[str, Any] | str | os.PathLike[str],
-) -> WeightsMapper:
-    """A mapper from a ``WeightsMapper``, a dict of its fields, JSON text, or a JSON file's path."""
-    from loadkit.mapper import WeightsMapper
-
-    if isinstance(rules, WeightsMapper):
-        return rules
-    if isinstance(rules, Mapping):
-        return WeightsMapper.from_json(rules)
-    text = str(rules)
-    source = "--mapper"
-    if not text.lstrip().startswith(("{", "[")):
-        from loadkit.checkpoint.shards import open_regular
-
-        path = Path(text)
-        try:
-            exists = path.exists()
-        except (OSError, ValueError):  # a name too long, or with a NUL byte
-            exists = False
-        if not exists:
-            shown = text if len(text) <= 80 else text[:77] + "..."
-            raise MapperConfigError(
-                f"--mapper {shown!r}: neither JSON rules (an object such as "
-                '{"orig_to_new_prefix": {"model.": ""}}) nor a readable JSON file'
-            )
-        source = str(path)
-        fd = open_regular(source, lambda m: MapperConfigError(f"{printable(source)}: {m}"))
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_MAPPER_BYTES + 1)
-        if len(raw) > MAX_MAPPER_BYTES:
-            raise MapperConfigError(f"{printable(source)}: larger than {MAX_MAPPER_BYTES} bytes")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MapperConfigError(f"{printable(source)}: not UTF-8 ({exc.reason})") from None
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise MapperConfigError(f"{source}: mapper rules nest too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
-        raise MapperConfigError(f"{source}: mapper rules are not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise MapperConfigError(
-            f"{source}: mapper rules must be a JSON object of WeightsMapper fields, "
-            f"not {type(data).__name__}"
-        )
-    return WeightsMapper.from_json(data)
-
-
-def mapper_report(
-    mapper: WeightsMapper,
-    names: list[str],
-    source: str,
-    origins: Mapping[tuple[str, str], str] | None = None,
-) -> MapperReport:
-    """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys.
-
-    ``origins`` says where rules come from, by ``(stage, rule text)`` (a model's
-    ``mapper_rule_origins``: which rules transformers supplied)."""
-    origins = origins or {}
-    rules: dict[tuple[str, str], RuleUse] = {}
-    for stage, text, target in mapper.rules():
-        rules.setdefault((stage, text), RuleUse(stage, text, target, origins.get((stage, text))))
-    traces: list[dict[str, Any]] = []
-    dropped: list[tuple[str, str]] = []
-    unchanged = 0
-    for name in names:
-        t = mapper.trace(name)
-        if not t.steps:
-            unchanged += 1
-            continue
-        for step in t.steps:
-            use = rules[(step.stage, step.rule)]
-            use.fired += 1
-            if use.example is None:
-                use.example = (step.before, step.after)
-        if t.result is None and t.dropped_by is not None:
-            dropped.append((name, f"{t.dropped_by.stage} {t.dropped_by.rule!r}"))
-        traces.append(
-            {
-                "name": name,
-                "mapped": t.result,
-                "shard_id": t.shard_id,
-                "steps": [
-                    {"stage": s.stage, "rule": s.rule, "before": s.before, "after": s.after}
-                    for s in t.steps
-                ],
-            }
-        )
-    return MapperReport(source, list(rules.values()), traces, dropped, unchanged)
 
 
 def inspect_checkpoint(
@@ -289,26 +56,12 @@ def inspect_checkpoint(
     suggest: bool = True,
     tp: int | None = None,
 ) -> InspectReport:
-    """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
+    """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``):
+    ``inspect(InspectOptions(...))`` with these arguments (``InspectOptions`` says what each is).
 
-    Args:
-        checkpoint: what to inspect; only headers are read.
-        model: a built-in name (``loadkit.models.registry.BUILTIN``), a
-            ``"package.module:callable"`` spec, a callable (called with no argument, or with the
-            checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
-            caller's is left alone).
-        mapper: replaces the mapper the model loads with (the one its root
-            ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the probe reads).
-        rules: rules added to the model's root loader (skip, ignore) and to the verdict
-            (``allow_missing``, ``strict_dtype``).
-        model_args: keyword arguments for a callable ``model``.
-        probe: report the pooling probe; ``None``: only for a pooling model.
-        suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
-        tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
-            what each would hold and what cannot work (``report.tensor_parallel``).
-
-    Returns:
-        The report; bad input raises a ``loadkit.errors.LoadkitError``.
+    Only headers are read. ``rules`` are added to the model's root loader (skip, ignore) and to
+    the verdict (``allow_missing``, ``strict_dtype``); bad input raises a
+    ``loadkit.errors.LoadkitError``.
 
     Example:
         >>> report = inspect_checkpoint("data/gemma4_like/model.safetensors")  # headers only
@@ -318,97 +71,228 @@ def inspect_checkpoint(
         >>> report.clean, report.exit_status, report.probe
         (True, 0, None)
     """
-    for pattern in rules.allow_missing if rules else ():
+    options = InspectOptions(
+        checkpoint,
+        model=model,
+        mapper=mapper,
+        mapper_label=mapper_label,
+        rules=rules or LoadRules(),
+        model_args=dict(model_args or {}),
+        probe=probe,
+        suggest=suggest,
+        tp=tp,
+    )
+    return inspect(options)
+
+
+def inspect(options: InspectOptions) -> InspectReport:
+    """The pipeline: each step below, in order; the records they return make the report.
+
+    Example:
+        >>> inspect(InspectOptions("data/plamo2/untied.safetensors", model="plamo2")).clean
+        True
+    """
+    check_patterns(options.rules)
+    read = read_checkpoint(options.checkpoint)
+    names = map_names(options, read)
+    if options.model is None:
+        if options.tp is not None:
+            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
+        return InspectReport(read.summary, names.report)
+    built = build(options, read, names)
+    probe = probe_prefixes(options, read, built)
+    loaded = load(options, read, built, names)
+    mapper = trace_mapper(read, built, loaded, names)
+    fix = suggest_fixes(options, read, built, loaded)
+    plan = plan_tensor_parallel(options, read)
+    return InspectReport(read.summary, mapper, built.summary, probe, loaded.report, plan, fix)
+
+
+# --- the records the steps pass on ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointRead:
+    """Step 1: the opened checkpoint and its header summary (index problems included)."""
+
+    checkpoint: Checkpoint
+    summary: CheckpointSummary
+
+    @property
+    def infos(self) -> list[TensorInfo]:
+        """The checkpoint's tensors, in the order ``Checkpoint.weights()`` yields them."""
+        return self.summary.tensors
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.summary.tensors]
+
+
+@dataclass(frozen=True)
+class NameMapping:
+    """Step 2: the user's mapper (``None``: the model's own), and every name traced through it."""
+
+    mapper: WeightsMapper | None
+    report: MapperReport | None
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """Step 3: the model on the meta device, and the mapper it loads with (``hf_to_vllm_mapper``,
+    the user's when given)."""
+
+    module: nn.Module
+    summary: ModelSummary
+    mapper: WeightsMapper | None
+
+    @property
+    def cls(self) -> str:
+        return type(self.module).__name__
+
+
+# --- the steps, in order --------------------------------------------------------------------------
+
+
+def check_patterns(rules: LoadRules) -> None:
+    """An ``allow_missing`` pattern that would quietly match nothing is an error up front."""
+    for pattern in rules.allow_missing:
         problem = pattern_problem(pattern)
         if problem is not None:
             raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
+
+
+def read_checkpoint(checkpoint: str | os.PathLike[str] | Checkpoint) -> CheckpointRead:
+    """Open ``checkpoint``'s headers; a folder's index problems are all collected, the rest read."""
     problems: list[IndexProblem] = []
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint
-    elif os.path.isdir(checkpoint):  # every index problem collected; the rest still read
+    elif os.path.isdir(checkpoint):
         ck, problems = open_lenient(checkpoint)
     else:
         ck = open_checkpoint(checkpoint)
-    infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck, problems))
-    user_mapper = None if mapper is None else parse_mapper(mapper)
-    names = [t.name for t in infos]
-    if model is None:
-        if tp is not None:
-            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
-        if user_mapper is not None:
-            report.mapper = mapper_report(user_mapper, names, mapper_label)
-        return report
+    return CheckpointRead(ck, summarize_checkpoint(ck, problems))
 
-    # Only now does torch come in (the registry imports it when it builds the model).
+
+def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
+    """Parse the user's mapper rules, if any, and trace every checkpoint name through them."""
+    if options.mapper is None:
+        return NameMapping(None, None)
+    mapper = parse_mapper(options.mapper)
+    return NameMapping(mapper, mapper_report(mapper, read.names, options.mapper_label))
+
+
+def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> BuiltModel:
+    """The model on ``meta`` (torch comes in here); the user's mapper replaces its own."""
+    from loadkit.inspection.simulate import model_summary
     from loadkit.mapper import WeightsMapper
     from loadkit.models.registry import build_model
-    from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck.path)
-    from loadkit.inspection.simulate import dry_load, model_summary
-
-    if user_mapper is not None:
+    ck, model = read.checkpoint, options.model
+    assert model is not None  # inspect() stops before this step without a model
+    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck.path)
+    if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
         # for this (meta) model only. The dry load replaces the mapper its loader uses.
-        setattr(module, "hf_to_vllm_mapper", user_mapper)  # noqa: B010 (an instance attribute)
-    own_mapper = getattr(module, "hf_to_vllm_mapper", None)
-    if not isinstance(own_mapper, WeightsMapper):
-        own_mapper = None
-    report.model = model_summary(module, spec)
-    if probe or (probe is None and report.model.pooling):
-        params = {name for name, _ in module.named_parameters()}
-        keys = [(t.name, t.nbytes) for t in infos]
-        report.probe = {
-            b: probe_verdict(keys, params, mapper=own_mapper, behaviour=b) for b in ("old", "new")
-        }
-    rules = rules or LoadRules()
-    replace = user_mapper is not None
-    report.load, used, autoloader = dry_load(
-        module, infos, mapper=own_mapper, replace_mapper=replace, rules=rules
+        setattr(module, "hf_to_vllm_mapper", names.mapper)  # noqa: B010 (an instance attribute)
+    own = getattr(module, "hf_to_vllm_mapper", None)
+    mapper = own if isinstance(own, WeightsMapper) else None
+    return BuiltModel(module, model_summary(module, spec), mapper)
+
+
+def probe_prefixes(
+    options: InspectOptions, read: CheckpointRead, built: BuiltModel
+) -> dict[str, ProbeVerdict] | None:
+    """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for, or a pooling model."""
+    if not (options.probe or (options.probe is None and built.summary.pooling)):
+        return None
+    from loadkit.pooling.probe import probe_verdict
+
+    params = {name for name, _ in built.module.named_parameters()}
+    keys = [(t.name, t.nbytes) for t in read.infos]
+    return {
+        b: probe_verdict(keys, params, mapper=built.mapper, behaviour=b) for b in ("old", "new")
+    }
+
+
+def load(
+    options: InspectOptions, read: CheckpointRead, built: BuiltModel, names: NameMapping
+) -> DryLoad:
+    """The load simulated on ``meta`` with the model's own loader and the user's rules."""
+    from loadkit.inspection.simulate import dry_load
+
+    replace = names.mapper is not None
+    loaded = dry_load(
+        built.module, read.infos, mapper=built.mapper, replace_mapper=replace, rules=options.rules
     )
-    cls = type(module).__name__
-    origins = getattr(module, "mapper_rule_origins", None)
-    if user_mapper is not None:
-        report.mapper = mapper_report(user_mapper, names, mapper_label)
-        if not autoloader:
-            report.mapper.note = (
+    if options.rules.for_loader and not loaded.autoloader:
+        loaded.report.notes.append(
+            f"{built.cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
+            "skip and ignore rules given were not applied"
+        )
+    return loaded
+
+
+def trace_mapper(
+    read: CheckpointRead, built: BuiltModel, loaded: DryLoad, names: NameMapping
+) -> MapperReport | None:
+    """The mapper section: the user's rules (noting a load that bypassed them), else the
+    mapper the model's root loader used, else the model's ``hf_to_vllm_mapper``."""
+    cls = built.cls
+    origins = getattr(built.module, "mapper_rule_origins", None)
+    if names.report is not None:
+        if not loaded.autoloader:
+            names.report.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
-    elif autoloader and used is not None:
+        return names.report
+    if loaded.autoloader and loaded.mapper is not None:
         source = (
             f"{cls}.hf_to_vllm_mapper"
-            if used is own_mapper
+            if loaded.mapper is built.mapper
             else f"the mapper {cls}.load_weights loads with"
         )
-        report.mapper = mapper_report(used, names, source, origins)
-    elif own_mapper is not None:
-        report.mapper = mapper_report(own_mapper, names, f"{cls}.hf_to_vllm_mapper", origins)
-    if rules.for_loader and not autoloader:
-        report.load.notes.append(
-            f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
-            "skip and ignore rules given were not applied"
+        return mapper_report(loaded.mapper, read.names, source, origins)
+    if built.mapper is not None:
+        return mapper_report(built.mapper, read.names, f"{cls}.hf_to_vllm_mapper", origins)
+    return None
+
+
+def suggest_fixes(
+    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
+) -> SuggestedFix | None:
+    """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
+    if not options.suggest or loaded.report.clean or not loaded.autoloader:
+        return None
+    from loadkit.inspection.fix import suggest_fix
+    from loadkit.inspection.simulate import dry_load
+
+    def retry(with_mapper: WeightsMapper) -> Any:
+        return dry_load(
+            built.module, read.infos, mapper=with_mapper, replace_mapper=True, rules=options.rules
+        ).report
+
+    return suggest_fix(loaded.report, loaded.mapper, retry)
+
+
+def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
+    """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
+    if options.tp is None:
+        return None
+    from torch import nn
+
+    from loadkit.models.registry import build_model
+    from loadkit.parallel.plan import tp_report
+
+    model, ck = options.model, read.checkpoint
+    assert model is not None  # inspect() stops before this step without a model
+    if isinstance(model, nn.Module):
+        raise LoadkitError(
+            "tp needs a model name, spec or callable: a built module cannot be rebuilt "
+            "for each rank's share"
         )
-    if suggest and not report.load.clean and autoloader:
-        from loadkit.inspection.fix import suggest_fix
 
-        def retry(with_mapper: WeightsMapper) -> LoadReport:
-            return dry_load(
-                module, infos, mapper=with_mapper, replace_mapper=True, rules=rules
-            ).report
+    def rebuild() -> nn.Module:
+        return build_model(model, ck.tensors, options.model_args, checkpoint=ck.path)[0]
 
-        report.fix = suggest_fix(report.load, used, retry)
-    if tp is not None:
-        from torch import nn as _nn
-
-        from loadkit.parallel.plan import tp_report
-
-        if isinstance(model, _nn.Module):
-            raise LoadkitError(
-                "tp needs a model name, spec or callable: a built module cannot be rebuilt "
-                "for each rank's share"
-            )
-        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck.path)[0]  # noqa: E731
-        report.tensor_parallel = tp_report(ck.tensors, build, tp)
-    return report
+    return tp_report(ck.tensors, rebuild, options.tp)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     # Only for type checkers: a Protocol at run time would import typing.
     class Report(Protocol):
-        """What the renderer reads of a report (``inspector.InspectReport``)."""
+        """What the renderer reads of a report (``report.InspectReport``)."""
 
         checkpoint: CheckpointSummary
         mapper: MapperReport | None

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from loadkit.checkpoint.index import IndexProblem
-    from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 
 
 class ShardSummary(Record):
@@ -118,3 +118,25 @@ class MapperReport:
             "unchanged": self.unchanged,
             "note": self.note,
         }
+
+
+def summarize_checkpoint(
+    ck: Checkpoint, problems: list[IndexProblem] | None = None
+) -> CheckpointSummary:
+    per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
+    dtypes: dict[str, list[int]] = {}
+    for t in ck.tensors.values():
+        s = per_file.setdefault(t.file, [0, 0])
+        s[0] += 1
+        s[1] += t.nbytes
+        d = dtypes.setdefault(t.dtype, [0, 0])
+        d[0] += 1
+        d[1] += t.nbytes
+    return CheckpointSummary(
+        ck.path,
+        [ShardSummary(f, n, b) for f, (n, b) in per_file.items()],
+        list(ck.tensors.values()),
+        ck.total_bytes,
+        {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
+        list(problems or []),
+    )

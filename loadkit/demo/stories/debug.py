@@ -1,6 +1,6 @@
 """What notebook 04 (debug your checkpoint) calls: choices, the treemap, tables, the panel.
 
-Everything here renders an ``InspectReport`` (``loadkit.inspection.inspector``); the notebook
+Everything here renders an ``InspectReport`` (``loadkit.inspection.report``); the notebook
 only wires a path box and a model picker to it. Paths are shown relative to the working
 directory, so the notebook prints the same text in every checkout.
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 from loadkit.demo.stories import DATA_DIR
 from loadkit.fmt import WIDTH, format_bytes, table, wrap
-from loadkit.inspection.inspector import InspectReport, inspect_checkpoint
+from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.layout import treemap_columns
+from loadkit.inspection.report import InspectReport
 from loadkit.models.registry import BUILTIN, FROM_CONFIG
 
 DATA = DATA_DIR

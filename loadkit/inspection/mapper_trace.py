@@ -1,0 +1,113 @@
+"""The mapper section: ``--mapper`` rules parsed, and every checkpoint name traced through a mapper.
+
+Torch-free: ``loadkit.mapper`` is imported where a mapper is parsed, not for a plain layout report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loadkit.errors import MapperConfigError, printable
+from loadkit.inspection.summary import MapperReport, RuleUse
+
+if TYPE_CHECKING:
+    from loadkit.mapper import WeightsMapper
+
+MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
+
+
+def parse_mapper(
+    rules: WeightsMapper | Mapping[str, Any] | str | os.PathLike[str],
+) -> WeightsMapper:
+    """A mapper from a ``WeightsMapper``, a dict of its fields, JSON text, or a JSON file's path."""
+    from loadkit.mapper import WeightsMapper
+
+    if isinstance(rules, WeightsMapper):
+        return rules
+    if isinstance(rules, Mapping):
+        return WeightsMapper.from_json(rules)
+    text = str(rules)
+    source = "--mapper"
+    if not text.lstrip().startswith(("{", "[")):
+        from loadkit.checkpoint.shards import open_regular
+
+        path = Path(text)
+        try:
+            exists = path.exists()
+        except (OSError, ValueError):  # a name too long, or with a NUL byte
+            exists = False
+        if not exists:
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            raise MapperConfigError(
+                f"--mapper {shown!r}: neither JSON rules (an object such as "
+                '{"orig_to_new_prefix": {"model.": ""}}) nor a readable JSON file'
+            )
+        source = str(path)
+        fd = open_regular(source, lambda m: MapperConfigError(f"{printable(source)}: {m}"))
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_MAPPER_BYTES + 1)
+        if len(raw) > MAX_MAPPER_BYTES:
+            raise MapperConfigError(f"{printable(source)}: larger than {MAX_MAPPER_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MapperConfigError(f"{printable(source)}: not UTF-8 ({exc.reason})") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise MapperConfigError(f"{source}: mapper rules nest too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise MapperConfigError(f"{source}: mapper rules are not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise MapperConfigError(
+            f"{source}: mapper rules must be a JSON object of WeightsMapper fields, "
+            f"not {type(data).__name__}"
+        )
+    return WeightsMapper.from_json(data)
+
+
+def mapper_report(
+    mapper: WeightsMapper,
+    names: list[str],
+    source: str,
+    origins: Mapping[tuple[str, str], str] | None = None,
+) -> MapperReport:
+    """Trace every name through ``mapper``: rule use counts, per-key steps, dropped keys.
+
+    ``origins`` says where rules come from, by ``(stage, rule text)`` (a model's
+    ``mapper_rule_origins``: which rules transformers supplied)."""
+    origins = origins or {}
+    rules: dict[tuple[str, str], RuleUse] = {}
+    for stage, text, target in mapper.rules():
+        rules.setdefault((stage, text), RuleUse(stage, text, target, origins.get((stage, text))))
+    traces: list[dict[str, Any]] = []
+    dropped: list[tuple[str, str]] = []
+    unchanged = 0
+    for name in names:
+        t = mapper.trace(name)
+        if not t.steps:
+            unchanged += 1
+            continue
+        for step in t.steps:
+            use = rules[(step.stage, step.rule)]
+            use.fired += 1
+            if use.example is None:
+                use.example = (step.before, step.after)
+        if t.result is None and t.dropped_by is not None:
+            dropped.append((name, f"{t.dropped_by.stage} {t.dropped_by.rule!r}"))
+        traces.append(
+            {
+                "name": name,
+                "mapped": t.result,
+                "shard_id": t.shard_id,
+                "steps": [
+                    {"stage": s.stage, "rule": s.rule, "before": s.before, "after": s.after}
+                    for s in t.steps
+                ],
+            }
+        )
+    return MapperReport(source, list(rules.values()), traces, dropped, unchanged)

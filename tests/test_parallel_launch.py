@@ -22,10 +22,10 @@ import numpy as np
 import psutil
 import pytest
 
+from loadkit.executor.launcher import run_one, run_tensor_parallel
+from loadkit.executor.results import Fault, Job
+from loadkit.inspection.tensor_parallel.share import memory_plan, simulate_shares
 from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, write_checkpoint
-from loadkit.parallel.launcher import run_one, run_tensor_parallel
-from loadkit.parallel.results import Fault, Job
-from loadkit.parallel.share import memory_plan, simulate_shares
 from loadkit.parallel.state import TensorParallelError
 
 pytestmark = pytest.mark.slow  # real rank processes
@@ -240,8 +240,8 @@ def test_killing_the_launcher_leaves_no_rank_behind(checkpoint, tmp_path):
     fork server and the ranks) ends on its own within seconds."""
     script = tmp_path / "launch.py"
     script.write_text(
-        "from loadkit.parallel.launcher import run_one\n"
-        "from loadkit.parallel.results import Fault\n"
+        "from loadkit.executor.launcher import run_one\n"
+        "from loadkit.executor.results import Fault\n"
         "if __name__ == '__main__':\n"
         f"    run_one({str(checkpoint)!r}, 2, fault=Fault(rank=0, after_tensors=2, kind='hang'),\n"
         "            collective_timeout=120, timeout=300)\n"
@@ -309,8 +309,8 @@ def test_a_job_finished_between_two_polls_still_gets_its_bars(capsys):
 
     import torch.distributed as dist
 
-    from loadkit.parallel.launcher import _Bars
-    from loadkit.parallel.worker import LaunchSpec
+    from loadkit.executor.launcher import _Bars
+    from loadkit.executor.worker import LaunchSpec
 
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=5), wait_for_workers=False)
     spec = LaunchSpec(("x", "x"), 2, tuple(JOBS[:2]), (1,))

@@ -20,8 +20,8 @@ from torch import nn
 from loadkit import open_checkpoint
 from loadkit.checkpoint.reader import DTYPES, TensorInfo
 from loadkit.errors import LoadkitError
+from loadkit.executor.results import Job
 from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
-from loadkit.parallel.results import Job
 from loadkit.parallel.state import simulated_group, use_group
 
 Tensors = Mapping[str, TensorInfo]

@@ -1,7 +1,7 @@
 """``loadkit inspect --tp N``: what each of ``N`` ranks would hold, and what cannot work.
 
 Header-only: every rank's model is built on the meta device inside a simulated group and loaded
-with meta tensors (``loadkit.parallel.share``), so the plan is what the real loaders would do.
+with meta tensors (``share``), so the plan is what the real loaders would do.
 A model may also say up front what ``tp`` does to it (``config.verify_tensor_parallel(tp)``:
 heads or intermediate size not divisible, kv heads replicated, vocabulary padded); otherwise the
 first size that does not split is reported from building the model.
@@ -17,8 +17,8 @@ from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError
-from loadkit.parallel.rowmap import RowMapEntry, render_row_map, row_map
-from loadkit.parallel.share import RankShare, simulate_rank
+from loadkit.inspection.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
+from loadkit.inspection.tensor_parallel.share import RankShare, simulate_rank
 
 
 @dataclass

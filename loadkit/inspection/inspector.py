@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
+
 def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
     return {
         "hit": v.hit,

@@ -125,13 +125,19 @@ def tp_report(
         report.findings.append(TPFindingRecord("error", "model", str(exc)))
         report.ranks = []
         return report
-    if report.ranks and all(
-        r.param_bytes == report.ranks[0].param_bytes for r in report.ranks
-    ) and findings is None:
+    if (
+        report.ranks
+        and all(r.param_bytes == report.ranks[0].param_bytes for r in report.ranks)
+        and findings is None
+    ):
         whole = simulate_rank(tensors, 0, 1, build).param_bytes
         if whole == report.ranks[0].param_bytes:
-            report.findings.append(TPFindingRecord(
-                "note", "replicated", "no tensor-parallel layers: every rank holds the whole model"
-            ))
+            report.findings.append(
+                TPFindingRecord(
+                    "note",
+                    "replicated",
+                    "no tensor-parallel layers: every rank holds the whole model",
+                )
+            )
     report.entries = row_map([r.records for r in report.ranks])
     return report

@@ -109,11 +109,7 @@ def simulate_shares(
     build: Callable[[Tensors, Job], Callable[[], nn.Module]] = llama_builder,
 ) -> list[RankShare]:
     """Every rank's share of ``checkpoint`` (a path or its header's tensors) over ``tp`` ranks."""
-    tensors = (
-        checkpoint
-        if isinstance(checkpoint, Mapping)
-        else open_checkpoint(checkpoint).tensors
-    )
+    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
     job = job or Job()
     return [simulate_rank(tensors, r, tp, build(tensors, job)) for r in range(tp)]
 
@@ -138,9 +134,7 @@ class MemoryPlan:
 
 def memory_plan(checkpoint: str | os.PathLike[str] | Tensors, tp: int) -> MemoryPlan:
     """Header-only: how the model's bytes split over ``tp`` ranks (meta device, no load)."""
-    tensors = (
-        checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
-    )
+    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
     build = llama_builder(tensors, Job())
     sizes = []
     # Which parameters split is seen by comparing with two ranks even when tp is 1.

@@ -176,8 +176,9 @@ def test_a_rank_killed_mid_load_is_named_and_nothing_hangs(checkpoint):
 
 def test_a_rank_that_hangs_times_out_and_is_ended(checkpoint):
     start = time.monotonic()
-    run = run_one(checkpoint, 2, fault=Fault(rank=0, after_tensors=2, kind="hang"),
-                  collective_timeout=1.5)
+    run = run_one(
+        checkpoint, 2, fault=Fault(rank=0, after_tensors=2, kind="hang"), collective_timeout=1.5
+    )
     assert time.monotonic() - start < 20
     assert run.ranks[1].status == "skipped"
     assert "rank 0 posted no load status within 1.5 s" in run.ranks[1].error
@@ -201,8 +202,10 @@ def test_a_checkpoint_missing_a_shard_on_one_rank(checkpoint, tmp_path):
     full = dict(open_checkpoint(checkpoint).weights())
     names = list(full)
     good = tmp_path / "good"
-    shards = {"model-00001-of-00002.safetensors": names[:15],
-              "model-00002-of-00002.safetensors": names[15:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[:15],
+        "model-00002-of-00002.safetensors": names[15:],
+    }
     for file, keys in shards.items():
         save_in_order(good / file, {k: full[k] for k in keys})
     index = {"weight_map": {k: f for f, keys in shards.items() for k in keys}}
@@ -285,8 +288,13 @@ def test_peak_anonymous_memory_per_rank_follows_its_share(tmp_path):
     from loadkit import open_checkpoint
 
     config = LlamaLikeConfig(
-        vocab_size=4096, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+        vocab_size=4096,
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
     )
     path = write_checkpoint(tmp_path / "mid.safetensors", config)
     largest = max(t.nbytes for t in open_checkpoint(path).tensors.values())

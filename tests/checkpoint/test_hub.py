@@ -5,22 +5,19 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import huggingface_hub
 import pytest
-from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hub_cache import add_snapshot, commit_hash, folder_files, repo_dir
+from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
+from repo_paths import DATA
 
 from loadkit import open_checkpoint
 from loadkit.checkpoint.hub import parse_repo_id, repo_folder, resolve_snapshot
 from loadkit.checkpoint.sources import open_source
 from loadkit.errors import CheckpointError
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 SHARDED = DATA / "plamo2" / "tied-with-lm-head"  # two shards and an index
 ONE = commit_hash("one")
 TWO = commit_hash("two")

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from loopback import serve
+from repo_paths import DATA
 
 from loadkit import open_checkpoint
 from loadkit.checkpoint.header import MAX_HEADER_BYTES
@@ -28,7 +26,6 @@ from loadkit.errors import (
     TruncatedCheckpointError,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 SHARDED = DATA / "plamo2" / "tied-with-lm-head"
 
 

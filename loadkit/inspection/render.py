@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
-    from loadkit.parallel.plan import TPReport
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
     # Only for type checkers: a Protocol at run time would import typing.

@@ -49,17 +49,12 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["DEFAULT_TIMEOUT", "RemoteCheckpoint", "is_url", "open_remote", "remote_kind"]
+__all__ = ["DEFAULT_TIMEOUT", "Fetched", "RemoteCheckpoint", "open_remote", "remote_kind"]
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, from connecting to its last byte
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED = re.compile(r"bytes \*/(\d+)")
-
-
-def is_url(text: str) -> bool:
-    """Does ``text`` name a remote checkpoint (``http://`` or ``https://``)?"""
-    return text[:8].lower().startswith(("http://", "https://"))
 
 
 def remote_kind(url: str) -> str:

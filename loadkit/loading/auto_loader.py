@@ -1,4 +1,4 @@
-"""``AutoWeightsLoader``: recursive loading by the module tree (SPEC 3).
+"""``AutoWeightsLoader``: recursive loading by the module tree.
 
 The stream is walked by the first name component. Runs of consecutive names with the same first
 component form a group; a child module with its own ``load_weights`` receives its group with the
@@ -46,7 +46,7 @@ def _qualname(prefix: str, rest: str) -> str:
 
 
 class AutoWeightsLoader:
-    """Loads a checkpoint stream into ``module`` by walking its module tree (SPEC 3).
+    """Loads a checkpoint stream into ``module`` by walking its module tree.
 
     Args:
         module: the root module.
@@ -166,8 +166,10 @@ class AutoWeightsLoader:
         """Ask the observer whether ``qual`` may be recorded instead of raised (a dry load)."""
         ledger = self.ledger
         observer = ledger.observer if ledger is not None else None
-        if observer is None or ledger is None or not observer.unexpected(
-            ledger, qual, entries, reason
+        if (
+            observer is None
+            or ledger is None
+            or not observer.unexpected(ledger, qual, entries, reason)
         ):
             return False
         for entry in entries:

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from loadkit.checkpoint.sources import Source
-
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary

@@ -82,9 +82,7 @@ def problems(path: str | Path, max_columns: int | None = WIDTH) -> list[str]:
         limit = max_columns if max_columns is not None else float("inf")
         for line in text.splitlines():
             if len(line) > limit:
-                found.append(
-                    f"{path.name} cell {i}: a line of {len(line)} columns: {line[:60]}..."
-                )
+                found.append(f"{path.name} cell {i}: a line of {len(line)} columns: {line[:60]}...")
                 break
     return found
 

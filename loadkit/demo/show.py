@@ -97,11 +97,12 @@ class Table:
     def _repr_html_(self) -> str:
         def tr(cells: Sequence[str], tag: str) -> str:
             # JupyterLab's stylesheet right-aligns output tables; say each column's side.
-            return "<tr>" + "".join(
-                f'<{tag} style="text-align:{"right" if self.align[i : i + 1] == "r" else "left"}">'
-                f"{_breakable(c)}</{tag}>"
-                for i, c in enumerate(cells)
-            ) + "</tr>\n"  # a row a line: readable diffs (nbval and git compare this text)
+            sides = ["right" if self.align[i : i + 1] == "r" else "left" for i in range(len(cells))]
+            tds = "".join(
+                f'<{tag} style="text-align:{side}">{_breakable(c)}</{tag}>'
+                for side, c in zip(sides, cells, strict=True)
+            )
+            return f"<tr>{tds}</tr>\n"  # a row a line: readable diffs (nbval and git compare it)
 
         body = "".join(tr(r, "td") for r in self.cells())
         notes = "".join(f"<p>{html.escape(n, quote=False)}</p>\n" for n in self.notes)

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
-    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
+
 
 def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
     return {
@@ -401,7 +402,7 @@ def inspect_checkpoint(
     if tp is not None:
         from torch import nn as _nn
 
-        from loadkit.parallel.plan import tp_report
+        from loadkit.inspection.tensor_parallel.plan import tp_report
 
         if isinstance(model, _nn.Module):
             raise LoadkitError(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
-    from loadkit.parallel.plan import TPReport
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
     # Only for type checkers: a Protocol at run time would import typing.
@@ -74,7 +74,8 @@ def _checkpoint(r: Report) -> list[str]:
     if c.problems:
         failing = len(c.failing)
         lines.append(
-            f"  index problems ({failing})" + (": none" if not failing else "")
+            f"  index problems ({failing})"
+            + (": none" if not failing else "")
             + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
         )
         for p in c.problems:
@@ -158,9 +159,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     if fix.result.clean:
         lines.append(f"  would load cleanly with {these}")
     else:
-        lines.append(
-            f"  with {these} it would still NOT load: {_problems(fix.result.problems())}"
-        )
+        lines.append(f"  with {these} it would still NOT load: {_problems(fix.result.problems())}")
     return lines
 
 
@@ -182,8 +181,7 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
         shown = _names(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
         noun = "tensor " if n == 1 else "tensors"
         rows.append(
-            f"    {n:>5} {noun} {g.from_dtype} -> {g.to_dtype}{verdict}{note}\n"
-            f"            {shown}"
+            f"    {n:>5} {noun} {g.from_dtype} -> {g.to_dtype}{verdict}{note}\n            {shown}"
         )
     return rows
 

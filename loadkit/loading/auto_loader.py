@@ -166,8 +166,10 @@ class AutoWeightsLoader:
         """Ask the observer whether ``qual`` may be recorded instead of raised (a dry load)."""
         ledger = self.ledger
         observer = ledger.observer if ledger is not None else None
-        if observer is None or ledger is None or not observer.unexpected(
-            ledger, qual, entries, reason
+        if (
+            observer is None
+            or ledger is None
+            or not observer.unexpected(ledger, qual, entries, reason)
         ):
             return False
         for entry in entries:

@@ -39,7 +39,7 @@ from loadkit.parallel.linear import (
     RowParallelLinear,
 )
 from loadkit.parallel.state import get_tp_group
-from loadkit.parallel.vocab import (
+from loadkit.parallel.vocab_parallel_embedding import (
     DEFAULT_VOCAB_PADDING_SIZE,
     ParallelLMHead,
     VocabParallelEmbedding,

@@ -27,7 +27,6 @@ def _dim(param: torch.Tensor, name: str) -> int:
     return int(getattr(param, name))
 
 
-
 def _check_group(param: torch.Tensor) -> int:
     """The group's rank, after checking the parameter was built for a group of this size."""
     group = get_tp_group()

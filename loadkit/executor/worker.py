@@ -1,4 +1,4 @@
-"""What each rank process runs (``loadkit.parallel.launcher`` starts ``tp`` of them).
+"""What each rank process runs (``loadkit.executor.launcher`` starts ``tp`` of them).
 
 Per job: build the model for this rank, load the checkpoint from a streaming iterator (one
 reused read buffer), recording the copies, the per-layer counters and the anonymous memory; post
@@ -25,8 +25,8 @@ import torch.distributed as dist
 
 from loadkit import open_checkpoint
 from loadkit.errors import LoadkitError
+from loadkit.executor.results import Fault, Job, RankResult
 from loadkit.parallel.holdings import HoldingsRecorder
-from loadkit.parallel.results import Fault, Job, RankResult
 from loadkit.parallel.state import TPGroup, destroy_tp_group, init_tp_group, use_group
 
 

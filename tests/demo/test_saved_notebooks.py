@@ -1,12 +1,11 @@
 """The committed notebooks read well without a kernel; the chart widget's display bundle."""
 
-from pathlib import Path
-
 import pytest
+from repo_paths import NOTEBOOKS as NOTEBOOKS_DIR
 
 from loadkit.demo import saved
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

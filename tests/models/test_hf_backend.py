@@ -7,7 +7,6 @@ own ``from_pretrained``), and ``--model hf`` on the command line, with its exit-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -263,19 +262,8 @@ def test_report_names_the_transformers_class_and_rule_origins(hf_clean):
     assert "from transformers: GPT2Model._keys_to_ignore_on_load_unexpected" in text
 
 
-def run_cli(*args):
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    return subprocess.run(
-        [sys.executable, "-m", "loadkit", "inspect", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow  # a subprocess that imports torch and transformers
-def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys):
+def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys, loadkit_cli):
     folder = hf_clean("llama")
     assert main(["inspect", str(folder), "--model", "hf"]) == 0
     out = capsys.readouterr().out
@@ -284,7 +272,9 @@ def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys):
     del tensors["model.layers.1.mlp.up_proj.weight"]
     broken = write_variant(folder, tensors, tmp_path / "broken")
     # A real process, as a user runs it (one: each pays for importing torch and transformers).
-    res = run_cli(broken, "--model", f"hf:{broken / 'config.json'}", "--json")
+    res = loadkit_cli(
+        "inspect", broken, "--model", f"hf:{broken / 'config.json'}", "--json", timeout=300
+    )
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     doc = json.loads(res.stdout)

@@ -11,8 +11,8 @@ import pytest
 from loadkit import inspect_checkpoint
 from loadkit.errors import LoadkitError
 from loadkit.inspection.cli import main
+from loadkit.inspection.tensor_parallel.rowmap import render_row_map, span_text
 from loadkit.models.llama import DATA_CHECKPOINT, LlamaLikeConfig, write_checkpoint
-from loadkit.parallel.rowmap import render_row_map, span_text
 
 CK = str(DATA_CHECKPOINT)
 
@@ -104,9 +104,9 @@ def test_cli_tp_in_a_real_process_shows_no_traceback():
 
 
 def test_render_row_map_marks_failed_ranks():
-    from loadkit.parallel.results import Job
-    from loadkit.parallel.rowmap import row_map
-    from loadkit.parallel.share import simulate_shares
+    from loadkit.executor.results import Job
+    from loadkit.inspection.tensor_parallel.rowmap import row_map
+    from loadkit.inspection.tensor_parallel.share import simulate_shares
 
     shares = simulate_shares(CK, 4, Job.for_bug("kv-replication", "old"))
     assert [s.error is not None for s in shares] == [False, False, True, True]

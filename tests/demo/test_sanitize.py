@@ -1,12 +1,12 @@
 """notebooks/sanitize.cfg, read by nbval's own parser and applied as nbval applies it."""
 
 import re
-from pathlib import Path
 
 import pytest
 from nbval.plugin import get_sanitize_patterns
+from repo_paths import NOTEBOOKS
 
-CFG = Path(__file__).resolve().parent.parent / "notebooks" / "sanitize.cfg"
+CFG = NOTEBOOKS / "sanitize.cfg"
 
 
 def sanitize(text: str) -> str:

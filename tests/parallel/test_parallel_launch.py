@@ -22,10 +22,10 @@ import numpy as np
 import psutil
 import pytest
 
+from loadkit.executor.launcher import run_one, run_tensor_parallel
+from loadkit.executor.results import Fault, Job
+from loadkit.inspection.tensor_parallel.share import memory_plan, simulate_shares
 from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, write_checkpoint
-from loadkit.parallel.launcher import run_one, run_tensor_parallel
-from loadkit.parallel.results import Fault, Job
-from loadkit.parallel.share import memory_plan, simulate_shares
 from loadkit.parallel.state import TensorParallelError
 
 pytestmark = pytest.mark.slow  # real rank processes
@@ -176,8 +176,9 @@ def test_a_rank_killed_mid_load_is_named_and_nothing_hangs(checkpoint):
 
 def test_a_rank_that_hangs_times_out_and_is_ended(checkpoint):
     start = time.monotonic()
-    run = run_one(checkpoint, 2, fault=Fault(rank=0, after_tensors=2, kind="hang"),
-                  collective_timeout=1.5)
+    run = run_one(
+        checkpoint, 2, fault=Fault(rank=0, after_tensors=2, kind="hang"), collective_timeout=1.5
+    )
     assert time.monotonic() - start < 20
     assert run.ranks[1].status == "skipped"
     assert "rank 0 posted no load status within 1.5 s" in run.ranks[1].error
@@ -201,8 +202,10 @@ def test_a_checkpoint_missing_a_shard_on_one_rank(checkpoint, tmp_path):
     full = dict(open_checkpoint(checkpoint).weights())
     names = list(full)
     good = tmp_path / "good"
-    shards = {"model-00001-of-00002.safetensors": names[:15],
-              "model-00002-of-00002.safetensors": names[15:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[:15],
+        "model-00002-of-00002.safetensors": names[15:],
+    }
     for file, keys in shards.items():
         save_in_order(good / file, {k: full[k] for k in keys})
     index = {"weight_map": {k: f for f, keys in shards.items() for k in keys}}
@@ -240,8 +243,8 @@ def test_killing_the_launcher_leaves_no_rank_behind(checkpoint, tmp_path):
     fork server and the ranks) ends on its own within seconds."""
     script = tmp_path / "launch.py"
     script.write_text(
-        "from loadkit.parallel.launcher import run_one\n"
-        "from loadkit.parallel.results import Fault\n"
+        "from loadkit.executor.launcher import run_one\n"
+        "from loadkit.executor.results import Fault\n"
         "if __name__ == '__main__':\n"
         f"    run_one({str(checkpoint)!r}, 2, fault=Fault(rank=0, after_tensors=2, kind='hang'),\n"
         "            collective_timeout=120, timeout=300)\n"
@@ -285,8 +288,13 @@ def test_peak_anonymous_memory_per_rank_follows_its_share(tmp_path):
     from loadkit import open_checkpoint
 
     config = LlamaLikeConfig(
-        vocab_size=4096, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+        vocab_size=4096,
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
     )
     path = write_checkpoint(tmp_path / "mid.safetensors", config)
     largest = max(t.nbytes for t in open_checkpoint(path).tensors.values())
@@ -309,8 +317,8 @@ def test_a_job_finished_between_two_polls_still_gets_its_bars(capsys):
 
     import torch.distributed as dist
 
-    from loadkit.parallel.launcher import _Bars
-    from loadkit.parallel.worker import LaunchSpec
+    from loadkit.executor.launcher import _Bars
+    from loadkit.executor.worker import LaunchSpec
 
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=5), wait_for_workers=False)
     spec = LaunchSpec(("x", "x"), 2, tuple(JOBS[:2]), (1,))

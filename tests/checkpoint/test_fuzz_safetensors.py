@@ -18,7 +18,7 @@ safetensors, every key must be in its shard, no key in two shards, and no shard 
 folder).
 
 The documented deviations (README, "Hostile input") are never generated here; each has its own
-test in ``tests/test_hostile_input.py``. ``make test`` runs these derandomized;
+test in ``tests/checkpoint/test_hostile_input.py``. ``make test`` runs these derandomized;
 ``make test-deep`` runs them with random seeds and ten times the examples.
 """
 
@@ -38,6 +38,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from repo_paths import DATA as DATA_PATH
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -373,7 +374,7 @@ def test_inspect_exits_0_1_or_2_without_a_traceback(workdir, case, as_json):
 # Headers that are valid for the library but shaped to break a model's sizing: a built-in
 # model's own checkpoint (data/) with some shapes replaced by shapes of any rank and size. The
 # data is a hole (a sparse file), so a tensor of 2**40 bytes costs nothing.
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+DATA = str(DATA_PATH)
 BUILTIN_CHECKPOINTS = {
     "plamo2": "plamo2/untied.safetensors",
     "nemotron-h": "nemotron_h/initial.safetensors",

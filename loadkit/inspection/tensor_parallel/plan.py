@@ -1,7 +1,7 @@
 """``loadkit inspect --tp N``: what each of ``N`` ranks would hold, and what cannot work.
 
 Header-only: every rank's model is built on the meta device inside a simulated group and loaded
-with meta tensors (``loadkit.parallel.share``), so the plan is what the real loaders would do.
+with meta tensors (``share``), so the plan is what the real loaders would do.
 A model may also say up front what ``tp`` does to it (``config.verify_tensor_parallel(tp)``:
 heads or intermediate size not divisible, kv heads replicated, vocabulary padded); otherwise the
 first size that does not split is reported from building the model.
@@ -17,8 +17,8 @@ from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError
-from loadkit.parallel.rowmap import RowMapEntry, render_row_map, row_map
-from loadkit.parallel.share import RankShare, simulate_rank
+from loadkit.inspection.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
+from loadkit.inspection.tensor_parallel.share import RankShare, simulate_rank
 
 
 @dataclass
@@ -125,13 +125,19 @@ def tp_report(
         report.findings.append(TPFindingRecord("error", "model", str(exc)))
         report.ranks = []
         return report
-    if report.ranks and all(
-        r.param_bytes == report.ranks[0].param_bytes for r in report.ranks
-    ) and findings is None:
+    if (
+        report.ranks
+        and all(r.param_bytes == report.ranks[0].param_bytes for r in report.ranks)
+        and findings is None
+    ):
         whole = simulate_rank(tensors, 0, 1, build).param_bytes
         if whole == report.ranks[0].param_bytes:
-            report.findings.append(TPFindingRecord(
-                "note", "replicated", "no tensor-parallel layers: every rank holds the whole model"
-            ))
+            report.findings.append(
+                TPFindingRecord(
+                    "note",
+                    "replicated",
+                    "no tensor-parallel layers: every rank holds the whole model",
+                )
+            )
     report.entries = row_map([r.records for r in report.ranks])
     return report

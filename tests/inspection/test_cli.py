@@ -1,7 +1,6 @@
 """`python -m loadkit inspect` as a user runs it: real processes, real files, exit statuses."""
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -12,20 +11,6 @@ import pytest
 from loadkit.inspection.arguments import parse_inspect
 from loadkit.inspection.cli import main, plain_inspect
 from loadkit.models.registry import BUILTIN
-
-
-def run(*args, cwd=None):
-    env = dict(os.environ)
-    env.pop("COLUMNS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadkit", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
-
 
 DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
 
@@ -133,10 +118,12 @@ def qwen(tmp_path):
     return tmp_path
 
 
-def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(qwen, monkeypatch, capsys):
+def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(
+    qwen, monkeypatch, capsys, loadkit_cli
+):
     layout = qwen2_layout()
     good = write_safetensors(qwen / "good.safetensors", layout)
-    res = run("inspect", good, "--model", "my_qwen:build", cwd=qwen)
+    res = loadkit_cli("inspect", good, "--model", "my_qwen:build", cwd=qwen)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "verdict: would load cleanly (exit 0)" in res.stdout
     assert "checkpoint 27 keys: 27 loaded" in res.stdout
@@ -144,7 +131,7 @@ def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(qwen, monkeypat
     layout["model.layers.1.mlp.gate.weight"] = layout.pop("model.layers.1.mlp.gate_proj.weight")
     del layout["model.layers.0.self_attn.k_proj.bias"]
     bad = write_safetensors(qwen / "bad.safetensors", layout)
-    res = run("inspect", bad, "--model", "my_qwen:build", "--json", cwd=qwen)
+    res = loadkit_cli("inspect", bad, "--model", "my_qwen:build", "--json", cwd=qwen)
     assert res.returncode == 1, res.stderr
     load = json.loads(res.stdout)["load"]
     (unexpected,) = load["unexpected"]
@@ -169,9 +156,9 @@ def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(qwen, monkeypat
     assert "layers.{0-1}" in text  # the key tree folds the layers
 
 
-def test_model_from_a_file_and_sized_from_the_checkpoint(qwen, monkeypatch, capsys):
+def test_model_from_a_file_and_sized_from_the_checkpoint(qwen, monkeypatch, capsys, loadkit_cli):
     f = write_safetensors(qwen / "four.safetensors", qwen2_layout(layers=4))
-    res = run("inspect", f, "--model", f"{qwen / 'my_qwen.py'}:build_sized")
+    res = loadkit_cli("inspect", f, "--model", f"{qwen / 'my_qwen.py'}:build_sized")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Qwen2ForCausalLM, 51 tensors" in res.stdout  # 4 layers x 12 + 3, sized from names
     monkeypatch.syspath_prepend(str(qwen))
@@ -181,23 +168,23 @@ def test_model_from_a_file_and_sized_from_the_checkpoint(qwen, monkeypatch, caps
     assert report["load"]["runs"] <= 3  # each unknown layer is left out whole, in one pass
 
 
-def test_header_only_report_and_json(tmp_path):
+def test_header_only_report_and_json(tmp_path, loadkit_cli):
     f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
-    res = run("inspect", f)
+    res = loadkit_cli("inspect", f)
     assert res.returncode == 0 and res.stderr == ""
     out = res.stdout
     assert out.startswith(f"checkpoint  {f}\n  1 file(s), 27 tensors")
     assert "dtypes  BF16 27 tensors" in out
     assert "layers.{0-1}" in out and "x2" in out
     assert "verdict: headers valid" in out
-    doc = json.loads(run("inspect", f, "--json").stdout)
+    doc = json.loads(loadkit_cli("inspect", f, "--json").stdout)
     assert doc["schema"] == 2 and doc["exit_status"] == 0 and doc["clean"] is None
     assert doc["checkpoint"]["tensor_count"] == 27
     assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"
     assert [c["name"] for c in doc["layout"]["children"]] == ["model", "lm_head"]
 
 
-def test_sharded_folder_with_index(tmp_path):
+def test_sharded_folder_with_index(tmp_path, loadkit_cli):
     layout = list(qwen2_layout().items())
     folder = tmp_path / "sharded"
     folder.mkdir()
@@ -207,26 +194,26 @@ def test_sharded_folder_with_index(tmp_path):
         write_safetensors(folder / name, dict(part))
         weight_map |= dict.fromkeys((k for k, _ in part), name)
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    res = run("inspect", folder)
+    res = loadkit_cli("inspect", folder)
     assert res.returncode == 0
     assert "2 file(s), 27 tensors" in res.stdout
     assert "model-00001-of-00002.safetensors      10 tensors" in res.stdout
 
 
-def test_mapper_rules_on_the_command_line(tmp_path):
+def test_mapper_rules_on_the_command_line(tmp_path, loadkit_cli):
     f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
     rules = {"orig_to_new_prefix": {"model.": ""}, "orig_to_new_substr": {".bias": None}}
-    res = run("inspect", f, "--mapper", json.dumps(rules))
+    res = loadkit_cli("inspect", f, "--mapper", json.dumps(rules))
     assert res.returncode == 0
     assert "mapper  (--mapper): 20 keys renamed, 6 dropped, 1 unchanged" in res.stdout
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules))
-    doc = json.loads(run("inspect", f, "--mapper", path, "--json").stdout)
+    doc = json.loads(loadkit_cli("inspect", f, "--mapper", path, "--json").stdout)
     assert doc["mapper"]["source"] == "--mapper"
     assert len(doc["mapper"]["dropped"]) == 6
 
 
-def test_exit_2_for_unusable_input(tmp_path):
+def test_exit_2_for_unusable_input(tmp_path, loadkit_cli):
     good = write_safetensors(tmp_path / "good.safetensors", {"w": ("F32", (2, 2))})
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(good.read_bytes()[:-4])
@@ -256,14 +243,14 @@ def test_exit_2_for_unusable_input(tmp_path):
         (bad_shape, ["shape.safetensors", "'w'", "[3, 3]", "16"]),
     ]
     for path, words in cases:
-        res = run("inspect", path)
+        res = loadkit_cli("inspect", path)
         assert res.returncode == 2, (path, res.stdout, res.stderr)
         assert res.stdout == ""
         assert res.stderr.startswith("loadkit inspect: error: "), res.stderr
         assert "Traceback" not in res.stderr
         for w in words:
             assert w in res.stderr, (w, res.stderr)
-    res = run("inspect", truncated, "--json")
+    res = loadkit_cli("inspect", truncated, "--json")
     assert res.returncode == 2 and json.loads(res.stdout)["exit_status"] == 2
     # A folder whose shards disagree (with each other, or with the index) is still read: every
     # problem is listed with where the key is, and the rest of the report printed (exit 1).
@@ -271,16 +258,16 @@ def test_exit_2_for_unusable_input(tmp_path):
         (twice, ["in two shards", "a.safetensors and b.safetensors", "'w'", "[2]", "[3]"]),
         (index, ["missing shard", "gone.safetensors", "'v'", "no shard holds it"]),
     ]:
-        res = run("inspect", path)
+        res = loadkit_cli("inspect", path)
         assert res.returncode == 1, (path, res.stdout, res.stderr)
         assert res.stderr == "" and "layout" in res.stdout
         for w in words:
             assert w in res.stdout, (path, w, res.stdout)
 
 
-def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
+def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys, loadkit_cli):
     f = write_safetensors(qwen / "m.safetensors", qwen2_layout())
-    res = run("inspect", f, "--model", "my_qwen:missing", cwd=qwen)
+    res = loadkit_cli("inspect", f, "--model", "my_qwen:missing", cwd=qwen)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert (
         res.stderr
@@ -319,10 +306,10 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys):
         assert main([str(a) for a in argv]) == 2, argv
         err = capsys.readouterr().err
         assert words in err and err.startswith(usage), (argv, err)
-    res = run("inspect")  # and once as a process
+    res = loadkit_cli("inspect")  # and once as a process
     assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
     bad = ["--model", "my_qwen:build", "--allow-missing", "layers.[0-3.*"]
-    res = run("inspect", f, *bad, cwd=qwen)
+    res = loadkit_cli("inspect", f, *bad, cwd=qwen)
     assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
     assert "invalid pattern 'layers.[0-3.*': '[' at 7 opens" in res.stderr
 
@@ -489,7 +476,7 @@ def build(num_labels=2):
 """
 
 
-def test_flags_for_a_fresh_classification_head(tmp_path):
+def test_flags_for_a_fresh_classification_head(tmp_path, loadkit_cli):
     (tmp_path / "cls_model.py").write_text(CLASSIFIER_MODEL)
     f = write_safetensors(
         tmp_path / "m.safetensors",
@@ -504,7 +491,7 @@ def test_flags_for_a_fresh_classification_head(tmp_path):
         },
     )
     base = ["inspect", f, "--model", "cls_model.py:build", "--model-arg", "num_labels=3"]
-    res = run(*base, cwd=tmp_path)
+    res = loadkit_cli(*base, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert "classifier.weight  [3, 4] float32" in res.stdout  # the argument reached the model
     flags = [
@@ -513,22 +500,22 @@ def test_flags_for_a_fresh_classification_head(tmp_path):
         "--ignore-unexpected-suffix", ".scale",
         "--allow-missing", "classifier.*",
     ]  # fmt: skip
-    res = run(*base, *flags, cwd=tmp_path)
+    res = loadkit_cli(*base, *flags, cwd=tmp_path)
     assert res.returncode == 0, res.stdout
     assert "2 missing (2 allowed by --allow-missing)" in res.stdout
     assert "2 ignored: ignore_unexpected_prefixes 'cls.'" in res.stdout
     assert "1 ignored: ignore_unexpected_suffixes '.scale'" in res.stdout
-    doc = json.loads(run(*base, *flags, "--json", cwd=tmp_path).stdout)
+    doc = json.loads(loadkit_cli(*base, *flags, "--json", cwd=tmp_path).stdout)
     assert doc["load"]["rules"]["skip_prefixes"] == ["bert.embed.position_ids"]
     assert doc["exit_status"] == 0 and doc["probe"] is None
     # Without the suffix rule and --allow-missing: the leaf 'scale' and the head are reported.
-    res = run(*base, *flags[:4], cwd=tmp_path)
+    res = loadkit_cli(*base, *flags[:4], cwd=tmp_path)
     assert res.returncode == 1 and "1 unexpected" in res.stdout and "2 model tensor" in res.stdout
     assert "--probe" not in res.stdout and "pooling probe" not in res.stdout
-    assert "pooling probe" in run(*base, "--probe", cwd=tmp_path).stdout
+    assert "pooling probe" in loadkit_cli(*base, "--probe", cwd=tmp_path).stdout
 
 
-def test_strict_dtype_and_bad_model_args(tmp_path):
+def test_strict_dtype_and_bad_model_args(tmp_path, loadkit_cli):
     (tmp_path / "cls_model.py").write_text(CLASSIFIER_MODEL)
     f = write_safetensors(
         tmp_path / "m.safetensors",
@@ -541,18 +528,18 @@ def test_strict_dtype_and_bad_model_args(tmp_path):
         },
     )
     base = ["inspect", f, "--model", "cls_model.py:build"]
-    res = run(*base, cwd=tmp_path)
+    res = loadkit_cli(*base, cwd=tmp_path)
     assert res.returncode == 0 and "5 tensors bfloat16 -> float32" in res.stdout
     assert res.stdout.count("bfloat16 -> float32") == 1  # one line for the whole kind
-    res = run(*base, "--strict-dtype", cwd=tmp_path)
+    res = loadkit_cli(*base, "--strict-dtype", cwd=tmp_path)
     assert res.returncode == 1 and "5 dtype cast(s) (--strict-dtype)" in res.stdout
     for bad, words in [
         (["--model-arg", "labels"], "expected KEY=VALUE"),
         (["--model-arg", "width=3"], "takes no argument 'width'"),
     ]:
-        res = run(*base, *bad, cwd=tmp_path)
+        res = loadkit_cli(*base, *bad, cwd=tmp_path)
         assert res.returncode == 2 and words in res.stderr, res.stderr
-    res = run("inspect", f, "--strict-dtype")
+    res = loadkit_cli("inspect", f, "--strict-dtype")
     assert res.returncode == 2 and "need a --model" in res.stderr
 
 

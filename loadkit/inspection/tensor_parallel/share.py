@@ -20,8 +20,8 @@ from torch import nn
 from loadkit import open_checkpoint
 from loadkit.checkpoint.reader import DTYPES, TensorInfo
 from loadkit.errors import LoadkitError
+from loadkit.executor.results import Job
 from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
-from loadkit.parallel.results import Job
 from loadkit.parallel.state import simulated_group, use_group
 
 Tensors = Mapping[str, TensorInfo]
@@ -109,11 +109,7 @@ def simulate_shares(
     build: Callable[[Tensors, Job], Callable[[], nn.Module]] = llama_builder,
 ) -> list[RankShare]:
     """Every rank's share of ``checkpoint`` (a path or its header's tensors) over ``tp`` ranks."""
-    tensors = (
-        checkpoint
-        if isinstance(checkpoint, Mapping)
-        else open_checkpoint(checkpoint).tensors
-    )
+    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
     job = job or Job()
     return [simulate_rank(tensors, r, tp, build(tensors, job)) for r in range(tp)]
 
@@ -138,9 +134,7 @@ class MemoryPlan:
 
 def memory_plan(checkpoint: str | os.PathLike[str] | Tensors, tp: int) -> MemoryPlan:
     """Header-only: how the model's bytes split over ``tp`` ranks (meta device, no load)."""
-    tensors = (
-        checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
-    )
+    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
     build = llama_builder(tensors, Job())
     sizes = []
     # Which parameters split is seen by comparing with two ranks even when tp is 1.

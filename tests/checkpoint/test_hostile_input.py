@@ -1,6 +1,7 @@
 """Hostile files and arguments (issue 13): one test per class of failure, each checked against the
 safetensors library where it has an opinion, plus the deliberate deviations (README, "Hostile
-input"). The differential fuzzing of the same ground is ``tests/test_fuzz_safetensors.py``."""
+input"). The differential fuzzing of the same ground is
+``tests/checkpoint/test_fuzz_safetensors.py``."""
 
 from __future__ import annotations
 
@@ -58,16 +59,6 @@ def safetensors_loads(path) -> bool:
     except Exception:
         return False
     return True
-
-
-def run(*args, cwd=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "loadkit", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-    )
 
 
 # --- JSON that Python refuses without a JSONDecodeError -----------------------------------------
@@ -288,7 +279,7 @@ def test_every_name_is_counted_in_the_folded_tree(names):
     assert sorted(n for n, _, _ in build_layout(items).leaves()) == sorted(names)
 
 
-def test_control_characters_in_names_and_paths_are_printed_escaped(tmp_path):
+def test_control_characters_in_names_and_paths_are_printed_escaped(tmp_path, loadkit_cli):
     folder = tmp_path / "we\nird\x1b[2J"
     folder.mkdir()
     names = {"evil\nname": torch.zeros(1), "bell\x07.esc\x1b[31m": torch.ones(1)}
@@ -307,12 +298,12 @@ def test_control_characters_in_names_and_paths_are_printed_escaped(tmp_path):
             }
         )
     )
-    res = run("inspect", folder)
+    res = loadkit_cli("inspect", folder)
     assert res.returncode == 1 and res.stderr == "", res.stderr
     assert "'evil\\nname'" in res.stdout and "gone\\n.safetensors" in res.stdout
     assert all(c.isprintable() for line in res.stdout.splitlines() for c in line)
     # ... and an error is one line, whatever the path.
-    res = run("inspect", folder / "gone\n.safetensors")
+    res = loadkit_cli("inspect", folder / "gone\n.safetensors")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "gone\\n.safetensors: no such file" in res.stderr
 
@@ -400,7 +391,7 @@ def test_one_file_under_two_spellings_is_one_shard(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_a_fifo_is_refused_without_hanging(tmp_path):
+def test_a_fifo_is_refused_without_hanging(tmp_path, loadkit_cli):
     folder = tmp_path / "ck"
     folder.mkdir()
     save_file({"w": torch.zeros(1)}, str(folder / "a.safetensors"))
@@ -408,16 +399,18 @@ def test_a_fifo_is_refused_without_hanging(tmp_path):
     with pytest.raises(CheckpointError, match="b.safetensors: is a FIFO, not a regular file"):
         open_checkpoint(folder)
     # inspect reads the rest of the folder and lists the FIFO as an unreadable shard (exit 1).
-    res = run("inspect", folder, timeout=60)  # a plain open() of the FIFO would block forever
+    res = loadkit_cli(
+        "inspect", folder, timeout=60
+    )  # a plain open() of the FIFO would block forever
     assert res.returncode == 1, res.stderr
     assert "unreadable shard: " in res.stdout and "b.safetensors: is a FIFO" in res.stdout
-    res = run("inspect", folder / "b.safetensors", timeout=60)
+    res = loadkit_cli("inspect", folder / "b.safetensors", timeout=60)
     assert res.returncode == 2 and "is a FIFO" in res.stderr
     os.mkfifo(tmp_path / "idx")
     indexed = tmp_path / "indexed"
     indexed.mkdir()
     (indexed / "model.safetensors.index.json").symlink_to(tmp_path / "idx")
-    res = run("inspect", indexed, timeout=60)
+    res = loadkit_cli("inspect", indexed, timeout=60)
     assert res.returncode == 2 and "is a FIFO" in res.stderr
 
 
@@ -426,9 +419,9 @@ def test_dev_null_is_not_a_regular_file():
         open_checkpoint("/dev/null")
 
 
-def test_an_empty_weight_map_is_an_empty_checkpoint(tmp_path):
+def test_an_empty_weight_map_is_an_empty_checkpoint(tmp_path, loadkit_cli):
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
-    res = run("inspect", tmp_path)
+    res = loadkit_cli("inspect", tmp_path)
     assert res.returncode == 0, res.stderr
     assert "0 file(s), 0 tensors" in res.stdout and "verdict: headers valid" in res.stdout
 
@@ -464,24 +457,28 @@ USER_CODE = textwrap.dedent(
 )
 
 
-def test_model_specs_that_exit_or_explode(tmp_path):
+def test_model_specs_that_exit_or_explode(tmp_path, loadkit_cli):
     (tmp_path / "user.py").write_text(USER_CODE)
     save_file(
         {"weight": torch.zeros(1, 1), "bias": torch.zeros(1)}, str(tmp_path / "m.safetensors")
     )
-    res = run("inspect", "m.safetensors", "--model", "sys:exit", cwd=tmp_path)
+    res = loadkit_cli("inspect", "m.safetensors", "--model", "sys:exit", cwd=tmp_path)
     assert res.returncode == 2 and "called sys.exit" in res.stderr, res
-    res = run("inspect", "m.safetensors", "--model", "user:exits", cwd=tmp_path)
+    res = loadkit_cli("inspect", "m.safetensors", "--model", "user:exits", cwd=tmp_path)
     assert res.returncode == 2 and "called sys.exit(0)" in res.stderr, res
-    res = run("inspect", "m.safetensors", "--model", "user:explodes", cwd=tmp_path)
+    res = loadkit_cli("inspect", "m.safetensors", "--model", "user:explodes", cwd=tmp_path)
     assert res.returncode == 3 and res.stderr.count("\n") == 1, res.stderr
     assert res.stderr.startswith("loadkit inspect: internal error: Boom: a BaseException")
     assert "Traceback" not in res.stderr and "--debug" in res.stderr
-    res = run("inspect", "m.safetensors", "--model", "user:explodes", "--debug", cwd=tmp_path)
+    res = loadkit_cli(
+        "inspect", "m.safetensors", "--model", "user:explodes", "--debug", cwd=tmp_path
+    )
     assert res.returncode == 3 and "Traceback (most recent call last)" in res.stderr
-    res = run("inspect", "m.safetensors", "--model", "user:explodes", "--json", cwd=tmp_path)
+    res = loadkit_cli(
+        "inspect", "m.safetensors", "--model", "user:explodes", "--json", cwd=tmp_path
+    )
     assert res.returncode == 3 and json.loads(res.stdout)["exit_status"] == 3
-    res = run("inspect", "m.safetensors", "--model", "user:model", cwd=tmp_path)
+    res = loadkit_cli("inspect", "m.safetensors", "--model", "user:model", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
 
 

@@ -28,9 +28,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from loadkit import open_checkpoint
-from loadkit.parallel.results import Fault, Job, RankResult, TPRun
+from loadkit.executor.results import Fault, Job, RankResult, TPRun
+from loadkit.executor.worker import LaunchSpec, run_rank
 from loadkit.parallel.state import TensorParallelError
-from loadkit.parallel.worker import LaunchSpec, run_rank
 
 DEFAULT_INPUT_IDS = (1, 7, 42, 99, 3, 64, 15, 80)
 
@@ -104,7 +104,7 @@ def _context(start_method: str) -> Any:
             ctx = mp.get_context("forkserver")
         except ValueError:  # not on this platform
             return mp.get_context("spawn")
-        ctx.set_forkserver_preload(["torch", "loadkit.parallel.worker"])
+        ctx.set_forkserver_preload(["torch", "loadkit.executor.worker"])
         return ctx
     return mp.get_context(start_method)
 

@@ -9,11 +9,11 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import BENCHMARKS
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "inspect_speed.py"
+BENCH = BENCHMARKS / "inspect_speed.py"
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,9 @@
 import json
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from repo_paths import DATA
 from safetensors import safe_open
 
 from loadkit import ledger_of, open_checkpoint
@@ -18,8 +18,6 @@ from loadkit.models.nemotron_h import (
     config_from_checkpoint,
     make_checkpoint,
 )
-
-DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def loaded_model(config=None, seed=0, order="d-last"):

@@ -1,4 +1,4 @@
-"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1).
+"""``WeightsMapper``: rewrites checkpoint names into model names.
 
 Six stages run in a fixed order, as in vLLM 0.28.0: renaming (objects with a
 ``rename_source_key(key) -> (new_key, _)`` method, such as transformers' ``WeightRenaming``),
@@ -132,7 +132,7 @@ def _check_template(rx: Any, repl: str) -> None:
 
 @dataclass(frozen=True)
 class WeightsMapper:
-    """Rules that rewrite checkpoint names into model names (SPEC 1), applied stage by stage.
+    """Rules that rewrite checkpoint names into model names, applied stage by stage.
 
     Args:
         orig_to_new_renaming: objects with ``rename_source_key(key) -> (new_key, _)``

@@ -8,7 +8,7 @@ for the base model, ``lm_head``/``classifier`` for heads; unexpected names as ch
 compared. Where vLLM's Transformers backend differs from transformers, ``KNOWN_DIFFERENCES`` says
 how and why, and the expected loadkit verdict is transformers' one with that difference applied.
 
-Run ``.venv/bin/python tests/hf_cases.py`` to print the agreement table (README, issue 14).
+Run ``.venv/bin/python tests/hf_cases.py`` to print the agreement table (docs/fidelity.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Opening safetensors checkpoints from their headers alone (SPEC 8, 9).
+"""Opening safetensors checkpoints from their headers alone (docs/hostile-input.md).
 
 ``open_checkpoint`` reads only the 8-byte length and the JSON header of each shard, validates
 them exactly as strictly as the safetensors library does (``loadkit.checkpoint.header``) and

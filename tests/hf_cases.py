@@ -14,7 +14,8 @@ it raises). loadkit gives two columns, both header-only on the meta device:
   transformers' one with the difference applied; ``make test-upstream`` holds the column against
   vLLM's own code.
 
-Run ``.venv/bin/python tests/hf_cases.py`` to print the table (architecture x mutation).
+Run ``.venv/bin/python tests/hf_cases.py`` to print the table, architecture x mutation
+(docs/fidelity.md).
 """
 
 from __future__ import annotations

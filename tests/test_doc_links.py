@@ -295,3 +295,15 @@ def test_docs_inspect_documents_every_key_of_the_json_document():
         if f"`{sub}`" not in rows[key]
     )
     assert undocumented == [], "keys the docs/inspect.md --json table does not name"
+
+
+def test_every_test_the_documents_name_exists():
+    defined = set()
+    for path in (REPO / "tests").rglob("*.py"):
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(), re.M))
+        defined.add(path.stem)  # a test module named by its name
+    named = {
+        span for path in REFERENCES for span in _code_spans(path) if re.fullmatch(r"test_\w+", span)
+    }
+    assert len(named) > 10
+    assert sorted(named - defined) == []

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -258,3 +259,39 @@ def test_the_citation_check_sees_one(tmp_path):
         f'm.py:1: """The probe ({spec} 4)."""',
         f"m.py:2: # {spec}'s 7, to the letter",
     ]
+
+
+def _json_schema_rows() -> dict[str, str]:
+    """The ``--json`` table of docs/inspect.md: each key of its first column -> its row."""
+    text = (REPO / "docs" / "inspect.md").read_text()
+    section = text.split("## The `--json` document", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3 and "`" in cells[1]:
+            for key in re.findall(r"`(\w+)`", cells[1]):
+                rows[key] = line
+    return rows
+
+
+@pytest.mark.slow
+def test_docs_inspect_documents_every_key_of_the_json_document():
+    from loadkit import inspect_checkpoint
+    from loadkit.inspection.inspector import SCHEMA_VERSION
+
+    report = inspect_checkpoint(
+        REPO / "data" / "llama_like" / "model.safetensors", model="llama-like", tp=2, probe=True
+    )
+    doc = json.loads(report.to_json())
+    rows = _json_schema_rows()
+    text = (REPO / "docs" / "inspect.md").read_text()
+    assert f'"schema": {SCHEMA_VERSION}' in text and doc["schema"] == SCHEMA_VERSION
+    assert sorted(set(doc) - set(rows) - {"schema"}) == [], "top-level keys without a row"
+    undocumented = sorted(
+        f"{key}.{sub}"
+        for key, value in doc.items()
+        if isinstance(value, dict)
+        for sub in value
+        if f"`{sub}`" not in rows[key]
+    )
+    assert undocumented == [], "keys the docs/inspect.md --json table does not name"

@@ -136,28 +136,56 @@ def _verdict(v: ProbeVerdict) -> str:
     return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
 
 
+def _plural(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 tensor``, ``2 tensors``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     n = len(fix.suggestions)
     these = "this rule" if n == 1 else "these rules"
-    lines = [
-        f"suggested fix  ({n} mapper rule{'s' if n != 1 else ''} explain{'s' if n == 1 else ''} "
-        f"{fix.explains} renamed key{'s' if fix.explains != 1 else ''}; the load was simulated "
-        f"again with {these})"
-    ]
-    for s in fix.suggestions[:limit]:
-        key, tensor = s.pairs[0]
+    if n:
+        lines = [
+            f"suggested fix  ({_plural(n, 'mapper rule')} explain{'s' if n == 1 else ''} "
+            f"{_plural(fix.explains, 'renamed key')}; the load was simulated again with {these})"
+        ]
+    else:
+        lines = ["suggested fix  (in words: no mapper rule can express it)"]
+    for sh in fix.shifts:
+        lines.append(f"  {printable(sh.words())}")
+        why = sh.why_no_rules
         lines.append(
-            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {len(s.pairs)} keys, "
-            f"e.g. {printable(key)} -> {printable(tensor)}"
+            f"    {_plural(len(sh.numbers), 'regex rule')}, one per number"
+            if why is None
+            else f"    no rule: {why}"
         )
+    rows = []
+    for s in fix.suggestions:
+        key, tensor = s.pairs[0] if s.pairs else ("", "")
+        example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
+        rows.append(
+            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {_plural(len(s.pairs), 'key')}"
+            f"{example}"
+        )
+    lines += _capped(rows, len(rows), limit, "  ")
+    for rule, why in fix.rejected:
+        lines.append(f"  not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}")
+    if not n:
+        return lines
     lines.append(f"  {fix.flag}")
     if not fix.complete:
         lines.append(
             "  (the model's own mapper has rules JSON cannot hold: add these rules to it; "
             "the flag alone would replace it)"
         )
-    if fix.result.clean:
+    if fix.proven:
         lines.append(f"  would load cleanly with {these}")
+        lines.append(
+            "  (proven: the second load is clean, every shape matches, numbered siblings keep "
+            "their places)"
+        )
+    elif fix.scrambled:
+        lines.append(f"  NOT proven: {'; '.join(printable(r.words()) for r in fix.scrambled)}")
     else:
         lines.append(f"  with {these} it would still NOT load: {_problems(fix.result.problems())}")
     return lines
@@ -331,7 +359,7 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
-        if r.fix is not None and r.fix.result.clean:
+        if r.fix is not None and r.fix.proven:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)
 

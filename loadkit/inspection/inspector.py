@@ -3,7 +3,8 @@
 The inspector is a pipeline of small steps, each taking and returning plain records, in the
 order this module defines them:
 
-1. ``read_checkpoint``: the safetensors headers (and a folder's index), never the tensor data;
+1. ``read_checkpoint``: the safetensors headers (a file, a folder and its index, a repo id in the
+   local cache, a URL), never the tensor data;
 2. ``map_names``: the ``--mapper`` rules parsed, every checkpoint name traced through them;
 3. ``build``: the model on the meta device, with the given rules in place of its own
    (``probe_prefixes`` then runs the pooling adapter's prefix probe, ``"old"`` and ``"new"``);
@@ -25,8 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.index import IndexProblem, open_lenient
-from loadkit.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
+from loadkit.checkpoint.index import IndexProblem
+from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError
 from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
@@ -39,8 +41,8 @@ if TYPE_CHECKING:
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import ModelSummary
     from loadkit.inspection.simulate import DryLoad
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
-    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 
@@ -55,9 +57,12 @@ def inspect_checkpoint(
     probe: bool | None = None,
     suggest: bool = True,
     tp: int | None = None,
+    timeout: float | None = None,
 ) -> InspectReport:
-    """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``):
-    ``inspect(InspectOptions(...))`` with these arguments (``InspectOptions`` says what each is).
+    """Inspect ``checkpoint`` (a file, a folder, a sharded index, a Hugging Face repo id
+    ``org/name[@revision]`` from the local cache, an ``http(s)://`` URL of a ``.safetensors``
+    file or an index, or an opened ``Checkpoint``): ``inspect(InspectOptions(...))`` with these
+    arguments (``InspectOptions`` says what each is).
 
     Only headers are read. ``rules`` are added to the model's root loader (skip, ignore) and to
     the verdict (``allow_missing``, ``strict_dtype``); bad input raises a
@@ -81,6 +86,7 @@ def inspect_checkpoint(
         probe=probe,
         suggest=suggest,
         tp=tp,
+        timeout=timeout,
     )
     return inspect(options)
 
@@ -93,7 +99,7 @@ def inspect(options: InspectOptions) -> InspectReport:
         True
     """
     check_patterns(options.rules)
-    read = read_checkpoint(options.checkpoint)
+    read = read_checkpoint(options.checkpoint, options.timeout)
     names = map_names(options, read)
     if options.model is None:
         if options.tp is not None:
@@ -161,16 +167,18 @@ def check_patterns(rules: LoadRules) -> None:
             raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
 
 
-def read_checkpoint(checkpoint: str | os.PathLike[str] | Checkpoint) -> CheckpointRead:
-    """Open ``checkpoint``'s headers; a folder's index problems are all collected, the rest read."""
+def read_checkpoint(
+    checkpoint: str | os.PathLike[str] | Checkpoint, timeout: float | None = None
+) -> CheckpointRead:
+    """Open ``checkpoint``'s headers: a path (a folder: every index problem collected, the rest
+    read), a repo id or a URL (``timeout``: seconds per request)."""
     problems: list[IndexProblem] = []
+    named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint
-    elif os.path.isdir(checkpoint):
-        ck, problems = open_lenient(checkpoint)
     else:
-        ck = open_checkpoint(checkpoint)
-    return CheckpointRead(ck, summarize_checkpoint(ck, problems))
+        ck, problems, named = open_source(checkpoint, timeout=timeout)
+    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named))
 
 
 def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
@@ -189,7 +197,7 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
 
     ck, model = read.checkpoint, options.model
     assert model is not None  # inspect() stops before this step without a model
-    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck.path)
+    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
     if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
         # for this (meta) model only. The dry load replaces the mapper its loader uses.
@@ -281,8 +289,8 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         return None
     from torch import nn
 
+    from loadkit.inspection.tensor_parallel.plan import tp_report
     from loadkit.models.registry import build_model
-    from loadkit.parallel.plan import tp_report
 
     model, ck = options.model, read.checkpoint
     assert model is not None  # inspect() stops before this step without a model
@@ -293,6 +301,6 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         )
 
     def rebuild() -> nn.Module:
-        return build_model(model, ck.tensors, options.model_args, checkpoint=ck.path)[0]
+        return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)

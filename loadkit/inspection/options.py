@@ -89,11 +89,13 @@ class LoadRules(Record):
 class InspectOptions:
     """What to inspect, against what, and how: ``inspect_checkpoint``'s arguments as one record.
 
-    ``checkpoint`` is a file, a folder, a sharded index, or an opened ``Checkpoint``; ``model``
+    ``checkpoint`` is a file, a folder, a sharded index, a repo id, a URL, or an opened
+    ``Checkpoint``; ``model``
     a built-in name, a ``"package.module:callable"`` spec, a callable or a module; ``mapper``
     rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's path) replacing
     the model's, shown under ``mapper_label``; ``probe`` ``None``: the pooling probe only for a
-    pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks.
+    pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks;
+    ``timeout``: seconds each request to a remote checkpoint may take.
 
     Example:
         >>> options = InspectOptions("ck.safetensors", model="plamo2", tp=2)
@@ -110,3 +112,4 @@ class InspectOptions:
     probe: bool | None = None
     suggest: bool = True
     tp: int | None = None
+    timeout: float | None = None

@@ -17,10 +17,10 @@ from loadkit.inspection.summary import CheckpointSummary, MapperReport
 if TYPE_CHECKING:
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
-    from loadkit.parallel.plan import TPReport
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
-SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
+SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
 
 
 def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from loadkit.checkpoint.index import IndexProblem
     from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+    from loadkit.checkpoint.sources import Source
 
 
 class ShardSummary(Record):
@@ -31,6 +32,7 @@ class CheckpointSummary(Record):
     total_bytes: int
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
     problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
+    source: Source | None = None  # what the argument named: a path, a repo id, a URL
 
     @property
     def failing(self) -> list[IndexProblem]:
@@ -57,6 +59,7 @@ class CheckpointSummary(Record):
                 for t in self.tensors
             ],
             "problems": [p.as_dict() for p in self.problems],
+            "source": self.source.as_dict() if self.source else None,
         }
 
 
@@ -121,7 +124,7 @@ class MapperReport:
 
 
 def summarize_checkpoint(
-    ck: Checkpoint, problems: list[IndexProblem] | None = None
+    ck: Checkpoint, problems: list[IndexProblem] | None = None, source: Source | None = None
 ) -> CheckpointSummary:
     per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
     dtypes: dict[str, list[int]] = {}
@@ -139,4 +142,5 @@ def summarize_checkpoint(
         ck.total_bytes,
         {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
         list(problems or []),
+        source,
     )

@@ -17,10 +17,11 @@ import numpy as np
 
 from loadkit.demo.scenario import Record, Series, outcome_table
 from loadkit.demo.stories import DATA_DIR
+from loadkit.executor.launcher import run_tensor_parallel
+from loadkit.executor.results import BUGS, Job, TPRun
 from loadkit.fmt import wrap
-from loadkit.parallel.launcher import run_tensor_parallel
-from loadkit.parallel.results import BUGS, Job, TPRun
-from loadkit.parallel.rowmap import render_row_map, row_map
+from loadkit.inspection.tensor_parallel.rowmap import render_row_map, row_map
+from loadkit.models.llama import model_from_checkpoint
 from loadkit.vocab import check_behaviour
 
 CHECKPOINT = DATA_DIR / "llama_like" / "model.safetensors"
@@ -53,7 +54,7 @@ def short(key: str) -> str:
 @functools.cache
 def launch(tp: int) -> dict[str, TPRun]:
     """Every job on ``tp`` real processes, once per kernel: job name -> run."""
-    runs = run_tensor_parallel(CHECKPOINT, tp, JOBS)
+    runs = run_tensor_parallel(CHECKPOINT, tp, JOBS, model=model_from_checkpoint)
     return {run.job.name: run for run in runs}
 
 

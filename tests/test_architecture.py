@@ -402,3 +402,35 @@ def test_the_module_map_names_every_module_and_only_real_ones():
     packages_only = {m for m, p in MODULES.items() if p.name == "__init__.py"} - {"loadkit"}
     unlisted = set(MODULES) - covered - packages_only - {"loadkit.__main__"}
     assert sorted(unlisted) == []  # and every module is named
+
+
+MAX_FUNCTION_LINES = 50  # docstring included: a function of the inspector reads at one glance
+
+
+def test_no_function_in_inspection_is_longer_than_fifty_lines():
+    long = []
+    for name, path in MODULES.items():
+        if name != "loadkit.inspection" and not name.startswith("loadkit.inspection."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1 if node.end_lineno else 0
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}:{node.name} ({lines} lines)")
+    assert long == []
+    assert len([m for m in MODULES if m.startswith("loadkit.inspection.")]) > 10  # it looked
+
+
+def test_the_inspector_reads_as_its_pipeline():
+    # inspect() calls the steps in the order the module defines them, each once.
+    tree = ast.parse(MODULES["loadkit.inspection.inspector"].read_text())
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    pipeline = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "inspect")
+    called = [
+        n.func.id
+        for n in ast.walk(pipeline)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions
+    ]
+    steps = functions[functions.index("inspect") + 1 :]
+    assert called == steps, (called, steps)
+    assert "read_checkpoint" in steps and "plan_tensor_parallel" in steps

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
-    from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.records import LoadReport, Missing, ModelSummary, Unexpected
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
@@ -243,8 +243,6 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
 def _load(
     load: LoadReport, root: str, limit: int, fix: SuggestedFix | None, majority: str | None
 ) -> list[str]:
-    from loadkit.vocab import Status  # here: only a report with a model lists keys' fates
-
     c = load.counts()
     passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
     allowed = len(load.missing) - len(load.failing_missing)
@@ -260,75 +258,91 @@ def _load(
         lines.append(f"  load failed: {printable(load.failure)}")
     explained = fix.explained_keys() if fix else {}
     by_fix = {tensor for s in fix.suggestions for _, tensor in s.pairs} if fix else set()
-
-    def section(title: str, rows: list[str], total: int, fixed: int = 0) -> None:
-        head = f"  {title} ({total})" + ("" if total else ": none")
-        if fixed:
-            head += f": {fixed} explained by the suggested fix, above"
-            head += "" if fixed == total else "; the others:"
-        lines.append(head)
-        lines.extend(_capped(rows, len(rows), limit))
-
     unexpected = [u for u in load.unexpected if not (fix and u.looked_up in explained)]
-    section(
+    lines += _section(
         "unexpected names",
-        [
-            f"    {printable(u.name)}"
-            + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
-            + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
-            + (f"\n      nearest: {_names(u.suggestions)}" if u.suggestions else "")
-            + f"\n      {printable(u.message)}"
-            for u in unexpected
-        ],
+        _unexpected_rows(unexpected),
         len(load.unexpected),
+        limit,
         len(load.unexpected) - len(unexpected),
     )
     missing = [m for m in load.missing if m.name not in by_fix]
-    section(
+    lines += _section(
         "missing: model tensors never filled",
-        [
-            f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
-            + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
-            + (f"\n      renamed? unused key: {_names(m.suggestions)}" if m.suggestions else "")
-            for m in missing
-        ],
+        _missing_rows(missing),
         len(load.missing),
+        limit,
         len(load.missing) - len(missing),
     )
-    section(
-        "shape mismatches",
-        [
-            f"    {printable(s.name)} -> {printable(str(s.param))}: parameter "
-            f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
-            f"checkpoint {list(s.weight_shape)}"
-            for s in load.shape_mismatches
-        ],
-        len(load.shape_mismatches),
+    lines += _section("shape mismatches", _mismatch_rows(load), len(load.shape_mismatches), limit)
+    lines += _section(
+        "dtype casts, by (from, to)", _cast_rows(load, majority), len(load.dtype_casts), limit
     )
-    section("dtype casts, by (from, to)", _cast_rows(load, majority), len(load.dtype_casts))
     if load.errors:
-        section(
-            "load errors",
-            [f"    {printable(e.name)}: {printable(e.message or '')}" for e in load.errors],
-            len(load.errors),
-        )
-    # Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
-    # status and rule, with a count and the first keys.
+        rows = [f"    {printable(e.name)}: {printable(e.message or '')}" for e in load.errors]
+        lines += _section("load errors", rows, len(load.errors), limit)
+    lines += _other_keys(load, limit)
+    return lines + [f"  note: {printable(n)}" for n in load.notes]
+
+
+def _section(title: str, rows: list[str], total: int, limit: int, fixed: int = 0) -> list[str]:
+    """A titled list of the load section, capped at ``limit`` rows; ``fixed`` of the ``total``
+    are explained by the suggested fix (and left out of ``rows``)."""
+    head = f"  {title} ({total})" + ("" if total else ": none")
+    if fixed:
+        head += f": {fixed} explained by the suggested fix, above"
+        head += "" if fixed == total else "; the others:"
+    return [head, *_capped(rows, len(rows), limit)]
+
+
+def _unexpected_rows(unexpected: list[Unexpected]) -> list[str]:
+    return [
+        f"    {printable(u.name)}"
+        + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
+        + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
+        + (f"\n      nearest: {_names(u.suggestions)}" if u.suggestions else "")
+        + f"\n      {printable(u.message)}"
+        for u in unexpected
+    ]
+
+
+def _missing_rows(missing: list[Missing]) -> list[str]:
+    return [
+        f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
+        + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
+        + (f"\n      renamed? unused key: {_names(m.suggestions)}" if m.suggestions else "")
+        for m in missing
+    ]
+
+
+def _mismatch_rows(load: LoadReport) -> list[str]:
+    return [
+        f"    {printable(s.name)} -> {printable(str(s.param))}: parameter "
+        f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
+        f"checkpoint {list(s.weight_shape)}"
+        for s in load.shape_mismatches
+    ]
+
+
+def _other_keys(load: LoadReport, limit: int) -> list[str]:
+    """Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
+    status and rule, with a count and the first keys."""
+    from loadkit.vocab import Status  # here: only a report with a model lists keys' fates
+
     groups: dict[tuple[str, str], list[str]] = {}
     for k in load.keys:
         if k.status in (Status.LOADED, Status.UNEXPECTED, Status.SHAPE_MISMATCH, Status.LOAD_ERROR):
             continue
         reason = k.rule or (f"-> {k.target}" if k.target else "") or k.message or ""
         groups.setdefault((k.status, reason), []).append(k.name)
-    if groups:
-        total = sum(len(v) for v in groups.values())
-        rows = []
-        for (status, reason), names in groups.items():
-            shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
-            rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
-        section("other keys, not loaded", rows, total)
-    lines += [f"  note: {printable(n)}" for n in load.notes]
-    return lines
+    if not groups:
+        return []
+    total = sum(len(v) for v in groups.values())
+    rows = []
+    for (status, reason), names in groups.items():
+        shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
+        rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
+    return _section("other keys, not loaded", rows, total, limit)
 
 
 def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -> str:
@@ -337,26 +351,11 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
     lines += _checkpoint(r)
-    lines += ["", "layout  (numbered siblings folded into {a-b})"]
-    odd = list(r.folded_layout.odd_ones())
-    if odd:
-        lines.append(f"  folded siblings that differ ({len(odd)}):")
-        rows = [f"    {printable(n.path)}: {_odd(n)}" for n in odd]
-        lines += _capped(rows, len(rows), limit)
-    tree = r.folded_layout.render(max_depth=max_depth)
-    lines += ["  " + row for row in tree.splitlines()]
+    lines += ["", *_layout(r, limit, max_depth)]
     if r.mapper is not None:
         lines += ["", *_mapper(r, limit)]
     if r.model is not None:
-        m = r.model
-        own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
-        lines += [
-            "",
-            f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, "
-            f"{format_bytes(m.nbytes)} (built on meta: no memory used); loads with {own}",
-        ]
-        if m.backend:
-            lines += _backend(m.backend)
+        lines += ["", *_model(r.model)]
     if r.probe is not None:
         lines += [
             "",
@@ -368,26 +367,48 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
         majority = _torch_name(major) if major else None
         lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
+    if r.tensor_parallel is not None:
+        lines += ["", *(printable(line) for line in r.tensor_parallel.render(limit))]
+    return "\n".join([*lines, "", *_final_verdict(r)])
+
+
+def _layout(r: Report, limit: int, max_depth: int | None) -> list[str]:
+    lines = ["layout  (numbered siblings folded into {a-b})"]
+    odd = list(r.folded_layout.odd_ones())
+    if odd:
+        lines.append(f"  folded siblings that differ ({len(odd)}):")
+        rows = [f"    {printable(n.path)}: {_odd(n)}" for n in odd]
+        lines += _capped(rows, len(rows), limit)
+    tree = r.folded_layout.render(max_depth=max_depth)
+    return lines + ["  " + row for row in tree.splitlines()]
+
+
+def _model(m: ModelSummary) -> list[str]:
+    own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
+    lines = [
+        f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, "
+        f"{format_bytes(m.nbytes)} (built on meta: no memory used); loads with {own}",
+    ]
+    return lines + (_backend(m.backend) if m.backend else [])
+
+
+def _final_verdict(r: Report) -> list[str]:
     tp = r.tensor_parallel
-    if tp is not None:
-        lines += ["", *(printable(line) for line in tp.render(limit))]
-    lines.append("")
     tp_problems = tp.problems() if tp is not None else []
     if r.clean is None and r.checkpoint.failing:
-        lines.append(
+        return [
             f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
             "given, so names were not matched (exit 1)"
-        )
-    elif r.clean is None:
-        lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
-    elif r.clean and not tp_problems:
+        ]
+    if r.clean is None:
+        return ["verdict: headers valid; no model given, so names were not matched (exit 0)"]
+    if r.clean and not tp_problems:
         where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        lines.append(f"verdict: would load cleanly{where} (exit 0)")
-    else:
-        lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
-        if r.fix is not None and r.fix.proven:
-            lines.append("         (it would load cleanly with the suggested fix, at the top)")
-    return "\n".join(lines)
+        return [f"verdict: would load cleanly{where} (exit 0)"]
+    lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
+    if r.fix is not None and r.fix.proven:
+        lines.append("         (it would load cleanly with the suggested fix, at the top)")
+    return lines
 
 
 def _odd(node: LayoutNode) -> str:

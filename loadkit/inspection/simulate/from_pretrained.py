@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -200,9 +200,7 @@ def from_pretrained_verdict(
         >>> v.clean, "pooler.dense.bias" in v.missing, v.unexpected, v.renamed
         (False, False, (), {'bert.pooler.dense.bias': 'pooler.dense.bias'})
     """
-    import transformers
     from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
     from transformers.modeling_utils import LoadStateDictConfig
     from transformers.utils.generic import ContextManagers
 
@@ -225,21 +223,19 @@ def from_pretrained_verdict(
         model.mark_tied_weights_as_initialized(info)
         model.tie_weights(missing_keys=info.missing_keys, recompute_mapping=False)
         model._adjust_missing_and_unexpected_keys(info)
+        renamed = _renamed(model, state, conversions)
+    return _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
 
-        # Which name transformers gave each key (the report shows renamed keys by both names).
-        renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
-        converters = [c for c in conversions if isinstance(c, WeightConverter)]
-        expected = model.state_dict()
-        renamed = {}
-        for key in state:
-            new, _ = rename_source_key(
-                key, renamings, converters, model.base_model_prefix, expected
-            )
-            if new != key:
-                renamed[key] = new
+
+def _verdict(
+    cls: str, info: Any, ignore_mismatched_sizes: bool, renamed: dict[str, str]
+) -> FromPretrained:
+    """``_load_pretrained_model``'s loading info as a ``FromPretrained``."""
+    import transformers
+
     errors = [*info.error_msgs, *(f"{k}: {v}" for k, v in sorted(info.conversion_errors.items()))]
     return FromPretrained(
-        klass.__name__,
+        cls,
         tuple(sorted(info.missing_keys)),
         tuple(sorted(info.unexpected_keys)),
         tuple(sorted(Mismatch(n, tuple(c), tuple(m)) for n, c, m in info.mismatched_keys)),
@@ -248,3 +244,18 @@ def from_pretrained_verdict(
         renamed,
         transformers.__version__,
     )
+
+
+def _renamed(model: Any, state: Mapping[str, Any], conversions: Sequence[Any]) -> dict[str, str]:
+    """Which name transformers gave each key (the report shows renamed keys by both names)."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
+    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    expected = model.state_dict()
+    renamed = {}
+    for key in state:
+        new, _ = rename_source_key(key, renamings, converters, model.base_model_prefix, expected)
+        if new != key:
+            renamed[key] = new
+    return renamed

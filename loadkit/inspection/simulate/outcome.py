@@ -88,15 +88,7 @@ def _classify(
     """File one checkpoint key under exactly one fate (first match wins, most telling first)."""
     name, root = info.name, sim.observer.root_name
     if name in sim.excluded:
-        out = sim.excluded[name]
-        tally.keys.append(out)
-        if out.status == LOAD_ERROR:
-            tally.errors.append(out)
-        if name in sim.unexpected:
-            u = sim.unexpected[name]
-            u.shape, u.dtype = info.shape, info.dtype
-            tally.unexpected.append(u)
-        return
+        return _left_out(info, sim, tally)
     bad = [c for c in calls if c.error is not None]
     if bad:
         return _failed_call(name, mapped, bad, tally)
@@ -128,6 +120,18 @@ def _classify(
     if not sim.complete:
         message = "not simulated: the simulation stopped early"
     tally.keys.append(KeyOutcome(name, UNCONSUMED, mapped, message=message))
+
+
+def _left_out(info: TensorInfo, sim: Simulation, tally: _Tally) -> None:
+    """A key a pass left out (it failed the model's own loader): as the passes filed it."""
+    out = sim.excluded[info.name]
+    tally.keys.append(out)
+    if out.status == LOAD_ERROR:
+        tally.errors.append(out)
+    if info.name in sim.unexpected:
+        u = sim.unexpected[info.name]
+        u.shape, u.dtype = info.shape, info.dtype
+        tally.unexpected.append(u)
 
 
 def _suggest(

@@ -11,7 +11,7 @@ key: the load fails as a whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -102,56 +102,88 @@ def simulate(
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
     ``tensors``: the model's, by name (``meta.loadable_tensors``)."""
-    root_name = type(model).__name__
-    own = getattr(model, "load_weights", None)
     recorder = Recorder()
-    position = {info.name: i for i, info in enumerate(infos)}
     paths = {id(m): name for name, m in model.named_modules()}
-    out = _Exclusions(infos)
-    runs, start = 0, 0
-    complete, failure = True, None
+    replace = mapper if replace_mapper else None
+    passes = _Passes(model, infos)
+    start = 0
     with recording_loaders(tensors, recorder):
         watcher = WriteWatcher(tensors, recorder)
-        while True:
-            runs += 1
+        # Each pass leaves out one more key or is followed by a full pass: MAX_RUNS keys left
+        # out at most, then one full pass for the report.
+        for runs in range(1, MAX_RUNS + 2):
             now = recorder.now = Pass(start=start)
-            replace = mapper if replace_mapper else None
             observer = DryLoadObserver(model, recorder, replace, rules, paths)
-            try:
-                stream = now.stream(infos, out.excluded)
-                with watcher, observing(observer):
-                    if callable(own):
-                        own(stream)
-                    else:  # as the pooling adapter and upstream load a model without one
-                        AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
-            except (Exception, SystemExit) as exc:  # the model's own code may sys.exit
-                culprit = now.current
-                if now.exhausted or culprit is None or culprit in out.excluded:
-                    if start:  # a discovery pass got no further: confirm with a full pass
-                        start = 0
-                        continue
-                    if culprit is None or culprit in out.excluded:
-                        raise LoadkitError(
-                            f"{root_name}.load_weights failed before taking any weight, so the "
-                            f"load cannot be simulated: {type(exc).__name__}: {exc}"
-                        ) from exc
-                    # Raised after the last weight (a final check, say): no key to blame, and
-                    # leaving keys out would only make it worse. The load fails as a whole.
-                    text = str(exc).splitlines()[0] if str(exc) else ""
-                    failure = f"{root_name}.load_weights raised after the last weight: "
-                    failure += f"{type(exc).__name__}: {text}"
-                    break
-                out.add(exc, culprit, observer.root_mapper() or mapper)
-                if runs >= MAX_RUNS:
-                    complete = False
-                    break
-                start = position[culprit] + 1  # discovery: go on right after the culprit
-                continue
-            if not start:
+            error = _load_once(
+                model, now.stream(infos, passes.out.excluded), watcher, observer, mapper
+            )
+            next_start = passes.after(error, now, runs, observer.root_mapper() or mapper)
+            if next_start is None:
                 break
-            start = 0  # the discovery reached the end: one full pass for the report
+            start = next_start
     after = loadable_tensors(model)  # with any tensor the load registered itself
     watcher.resolve_late_writes(after, now)
-    sim = Simulation(now, observer, out.excluded, out.unexpected, runs, complete, failure)
+    out = passes.out
+    sim = Simulation(
+        now, observer, out.excluded, out.unexpected, runs, passes.complete, passes.failure
+    )
     sim.tensors = after
     return sim
+
+
+def _load_once(
+    model: nn.Module,
+    stream: Iterator[tuple[str, torch.Tensor]],
+    watcher: WriteWatcher,
+    observer: DryLoadObserver,
+    mapper: WeightsMapper | None,
+) -> BaseException | None:
+    """One pass of the model's own loader over ``stream``; what it raised, if anything."""
+    own = getattr(model, "load_weights", None)
+    try:
+        with watcher, observing(observer):
+            if callable(own):
+                own(stream)
+            else:  # as the pooling adapter and upstream load a model without one
+                AutoWeightsLoader(model).load_weights(stream, mapper=mapper)
+    except (Exception, SystemExit) as exc:  # the model's own code may sys.exit
+        return exc
+    return None
+
+
+class _Passes:
+    """Where each pass starts, from how the one before it ended; the keys left out on the way."""
+
+    def __init__(self, model: nn.Module, infos: Sequence[TensorInfo]) -> None:
+        self.root_name = type(model).__name__
+        self.position = {info.name: i for i, info in enumerate(infos)}
+        self.out = _Exclusions(infos)
+        self.complete = True
+        self.failure: str | None = None  # raised after the last weight, with no key to blame
+
+    def after(
+        self, error: BaseException | None, now: Pass, runs: int, mapper: WeightsMapper | None
+    ) -> int | None:
+        """The next pass's start, or ``None``: ``now`` was the last pass, the report's."""
+        if error is None:  # a full pass got through; after a discovery, one full pass
+            return 0 if now.start else None
+        culprit = now.current
+        if not now.exhausted and culprit is not None and culprit not in self.out.excluded:
+            self.out.add(error, culprit, mapper)
+            if runs >= MAX_RUNS:
+                self.complete = False
+                return None
+            return self.position[culprit] + 1  # discovery: go on right after the culprit
+        if now.start:  # a discovery pass got no further: confirm with a full pass
+            return 0
+        if culprit is None or culprit in self.out.excluded:
+            raise LoadkitError(
+                f"{self.root_name}.load_weights failed before taking any weight, so the "
+                f"load cannot be simulated: {type(error).__name__}: {error}"
+            ) from error
+        # Raised after the last weight (a final check, say): no key to blame, and leaving keys
+        # out would only make it worse. The load fails as a whole.
+        text = str(error).splitlines()[0] if str(error) else ""
+        self.failure = f"{self.root_name}.load_weights raised after the last weight: "
+        self.failure += f"{type(error).__name__}: {text}"
+        return None

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 __version__ = "0.1.0"
 

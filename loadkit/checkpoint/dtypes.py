@@ -15,15 +15,15 @@ Dtype(bits=16, torch='bfloat16')
 
 from __future__ import annotations
 
-from loadkit.checkpoint.record import Record
+from typing import TYPE_CHECKING, NamedTuple
+
 from loadkit.errors import LoadkitError
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
     import torch
 
 
-class Dtype(Record):
+class Dtype(NamedTuple):
     bits: int  # bits per element
     torch: str | None  # the ``torch`` attribute it loads as; None: safetensors.torch refuses it
 

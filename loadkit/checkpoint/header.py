@@ -33,9 +33,9 @@ import json
 import re
 from math import prod
 from operator import itemgetter
+from typing import Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES, torch_shape
-from loadkit.checkpoint.record import Record
 from loadkit.errors import HeaderProblem as HeaderProblem  # raised here; defined with the others
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit
@@ -96,7 +96,7 @@ _INNERMOST = _Lazy(r"\[[^\[\]{}]*+\]|\{[^\[\]{}]*+\}")
 _KNOWN_FIELDS = ("dtype", "shape", "data_offsets")
 
 
-class HeaderEntry(Record):
+class HeaderEntry(NamedTuple):
     """One tensor as its header entry describes it; offsets are relative to the data section."""
 
     name: str
@@ -445,10 +445,6 @@ _DECODER = json.JSONDecoder(
     parse_int=_int,
     parse_constant=_refuse_constant,
 )
-
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def _decode_bounded(text: str, pos: int, name: str) -> tuple[Any, int]:

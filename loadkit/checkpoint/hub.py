@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING, NamedTuple
 
-from loadkit.checkpoint.record import Record
 from loadkit.errors import CheckpointError
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -43,7 +42,7 @@ _REPO_FOLDER = "models--"  # huggingface_hub's prefix of a model repo's folder i
 INSTALL_HINT = "pip install huggingface_hub"
 
 
-class Snapshot(Record):
+class Snapshot(NamedTuple):
     """A cached snapshot: what was asked for, what it resolved to, and what it lacks."""
 
     repo_id: str

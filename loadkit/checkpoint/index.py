@@ -30,18 +30,14 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from loadkit.checkpoint.reader import INDEX_NAME, Checkpoint, TensorInfo, read_safetensors_header
-from loadkit.checkpoint.record import Record
 from loadkit.checkpoint.shards import plain_relative, read_index
 from loadkit.errors import CheckpointError, ShardIndexError
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    from typing import Any
 
-
-class IndexProblem(Record):
+class IndexProblem(NamedTuple):
     """One inconsistency between an index and its shards."""
 
     kind: str  # missing shard, wrong shard, not in index, in two shards, total_size, ...

@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import DTYPES, torch_name, torch_shape
 from loadkit.checkpoint.header import (
@@ -23,7 +24,6 @@ from loadkit.checkpoint.header import (
     parse_header,
     parse_metadata,
 )
-from loadkit.checkpoint.record import Record
 from loadkit.checkpoint.shards import INDEX_NAME, open_regular, shard_files
 from loadkit.errors import (
     DuplicateKeyError,
@@ -32,10 +32,7 @@ from loadkit.errors import (
     TruncatedCheckpointError,
 )
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
-    from typing import Any
-
     import torch
 
 __all__ = [
@@ -51,7 +48,7 @@ __all__ = [
 ]
 
 
-class TensorInfo(Record):
+class TensorInfo(NamedTuple):
     """What a header says of one tensor; ``offset`` is absolute within ``file``."""
 
     name: str
@@ -145,8 +142,6 @@ def decode_header(
 class Checkpoint:
     """An opened checkpoint: ``tensors`` from headers, ``weights()`` to read the data."""
 
-    # A plain class, not a dataclass: importing dataclasses costs the header-only inspector
-    # about 20 ms (it pulls in inspect, ast, dis), as much as parsing 2000 names.
     def __init__(
         self,
         path: str,

@@ -29,6 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.header import MAX_HEADER_BYTES
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
@@ -41,11 +42,9 @@ from loadkit.errors import (
     TruncatedCheckpointError,
 )
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from http.client import HTTPResponse
-    from typing import Any
 
     import torch
 

@@ -32,19 +32,15 @@ import posixpath
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from loadkit.checkpoint.record import Record
 from loadkit.errors import CheckpointError, ShardIndexError
-
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    from typing import Any
 
 INDEX_NAME = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 100_000_000  # loadkit's limit on an index (as safetensors' on a header)
 
 
-class Shards(Record):
+class Shards(NamedTuple):
     """The shard files (sorted, each once) and, with an index, its ``weight_map`` with every
     entry replaced by the shard file it resolves to."""
 

@@ -15,13 +15,12 @@ a file strictly.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, NamedTuple
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
-from loadkit.checkpoint.record import Record
 from loadkit.errors import CheckpointError
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
     from loadkit.checkpoint.hub import Snapshot
     from loadkit.checkpoint.remote import Fetched
@@ -38,7 +37,7 @@ def is_url(text: str) -> bool:
     return text[:8].lower().startswith(("http://", "https://"))
 
 
-class Source(Record):
+class Source(NamedTuple):
     """What the checkpoint argument named: ``kind`` is ``path``, ``hub`` (with the resolved
     ``snapshot``) or ``url`` (with what reading its headers ``fetched``)."""
 

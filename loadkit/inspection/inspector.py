@@ -59,14 +59,31 @@ def inspect_checkpoint(
     tp: int | None = None,
     timeout: float | None = None,
 ) -> InspectReport:
-    """Inspect ``checkpoint`` (a file, a folder, a sharded index, a Hugging Face repo id
-    ``org/name[@revision]`` from the local cache, an ``http(s)://`` URL of a ``.safetensors``
-    file or an index, or an opened ``Checkpoint``): ``inspect(InspectOptions(...))`` with these
-    arguments (``InspectOptions`` says what each is).
+    """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
 
-    Only headers are read. ``rules`` are added to the model's root loader (skip, ignore) and to
-    the verdict (``allow_missing``, ``strict_dtype``); bad input raises a
-    ``loadkit.errors.LoadkitError``.
+    Args:
+        checkpoint: what to inspect (a file, a folder, a sharded index, or an opened
+            ``Checkpoint``); only headers are read. Also a Hugging Face repo id
+            (``org/name[@revision]``, from the local cache) or an ``http(s)://`` URL of a
+            ``.safetensors`` file or an index (read with Range requests).
+        model: a built-in name (``loadkit.models.registry.BUILTIN``), a
+            ``"package.module:callable"`` spec, a callable (called with no argument, or with the
+            checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
+            caller's is left alone).
+        mapper: replaces the mapper the model loads with (the one its root
+            ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the probe reads).
+        mapper_label: how the report names ``mapper``.
+        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+            (``allow_missing``, ``strict_dtype``).
+        model_args: keyword arguments for a callable ``model``.
+        probe: report the pooling probe; ``None``: only for a pooling model.
+        suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
+            what each would hold and what cannot work (``report.tensor_parallel``).
+        timeout: seconds each request to a remote checkpoint may take.
+
+    Returns:
+        The report; bad input raises a ``loadkit.errors.LoadkitError``.
 
     Example:
         >>> report = inspect_checkpoint("data/gemma4_like/model.safetensors")  # headers only

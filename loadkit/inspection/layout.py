@@ -17,13 +17,10 @@ folded, and a folded label that a literal component already spells (``{0}``) get
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.fmt import format_bytes
-
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
-if TYPE_CHECKING:
-    from typing import Any
 
 _NUMBERED = object()  # the key numbered siblings share while a folded tree is built
 MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)
@@ -33,8 +30,7 @@ _MAX_INDEX_DIGITS = 18  # a longer number is a name, not an index (int() refuses
 class LayoutNode:
     """One dotted prefix: every tensor at or below it is counted here.
 
-    A slotted class, not a dataclass: the header-only path never imports ``dataclasses``
-    (see ``loadkit.inspection.summary``).
+    Slotted: a checkpoint of thousands of names has a node for each dotted prefix.
     """
 
     __slots__ = (

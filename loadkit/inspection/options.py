@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from loadkit.checkpoint.record import Record
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -42,7 +40,7 @@ def pattern_problem(pattern: str) -> str | None:
     return None
 
 
-class LoadRules(Record):
+class LoadRules(NamedTuple):
     """Extra rules, as if the model's root ``AutoWeightsLoader`` had been built with them
     (``skip_prefixes``, ``ignore_unexpected_prefixes``, ``ignore_unexpected_suffixes``), and
     two rules for the verdict: tensors that may stay unfilled, and whether any dtype cast fails.

@@ -2,8 +2,7 @@
 
 ``ModelSummary`` and ``LoadReport`` (each checkpoint key's fate, and what went wrong) are filled
 in by ``loadkit.inspection.simulate``, which needs torch; the header sections are in
-``loadkit.inspection.summary``. Imported only when a model is inspected: ``dataclasses`` imports
-``inspect`` (and ast, dis, tokenize), which a header-only run does not pay for.
+``loadkit.inspection.summary``.
 """
 
 from __future__ import annotations

@@ -6,16 +6,14 @@ Torch-free, like the report itself.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.checkpoint.dtypes import DTYPES
 from loadkit.errors import printable
 from loadkit.fmt import format_bytes, table
 from loadkit.inspection.casts import kind
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
-    from typing import Any, Protocol
-
     from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
@@ -24,25 +22,25 @@ if TYPE_CHECKING:
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
-    # Only for type checkers: a Protocol at run time would import typing.
-    class Report(Protocol):
-        """What the renderer reads of a report (``report.InspectReport``)."""
 
-        checkpoint: CheckpointSummary
-        mapper: MapperReport | None
-        model: ModelSummary | None
-        probe: dict[str, ProbeVerdict] | None
-        load: LoadReport | None
-        fix: SuggestedFix | None
-        tensor_parallel: TPReport | None
+class Report(Protocol):
+    """What the renderer reads of a report (``report.InspectReport``)."""
 
-        @property
-        def folded_layout(self) -> LayoutNode: ...
+    checkpoint: CheckpointSummary
+    mapper: MapperReport | None
+    model: ModelSummary | None
+    probe: dict[str, ProbeVerdict] | None
+    load: LoadReport | None
+    fix: SuggestedFix | None
+    tensor_parallel: TPReport | None
 
-        @property
-        def clean(self) -> bool | None: ...
+    @property
+    def folded_layout(self) -> LayoutNode: ...
 
-        def problems(self) -> list[str]: ...
+    @property
+    def clean(self) -> bool | None: ...
+
+    def problems(self) -> list[str]: ...
 
 
 def _names(names: list[str]) -> str:

@@ -8,6 +8,7 @@ Its sections are the pipeline's records (``loadkit.inspection.inspector``): ``ch
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadkit.inspection.layout import LayoutNode, build_layout
@@ -36,29 +37,20 @@ def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
     }
 
 
+@dataclass(eq=False)
 class InspectReport:
     """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
     ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
     ``--json`` document."""
 
-    def __init__(
-        self,
-        checkpoint: CheckpointSummary,
-        mapper: MapperReport | None = None,
-        model: ModelSummary | None = None,
-        probe: dict[str, ProbeVerdict] | None = None,
-        load: LoadReport | None = None,
-        tensor_parallel: TPReport | None = None,
-        fix: SuggestedFix | None = None,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.mapper = mapper
-        self.model = model
-        self.probe = probe
-        self.load = load
-        self.tensor_parallel = tensor_parallel
-        self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
-        self._layouts: dict[bool, LayoutNode] = {}
+    checkpoint: CheckpointSummary
+    mapper: MapperReport | None = None
+    model: ModelSummary | None = None
+    probe: dict[str, ProbeVerdict] | None = None
+    load: LoadReport | None = None
+    tensor_parallel: TPReport | None = None
+    fix: SuggestedFix | None = None  # mapper rules that fix a systematic mismatch, proven
+    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, repr=False)
 
     def __repr__(self) -> str:
         c = self.checkpoint

@@ -1,31 +1,27 @@
 """The header sections of an inspect report: the checkpoint and the mapper's trace, torch-free.
 
 Built by ``loadkit.inspection.inspector`` from the safetensors headers alone; the model sections
-(filled in by the dry load) are in ``loadkit.inspection.records``. These are NamedTuples and
-slotted classes, not dataclasses: ``dataclasses`` imports ``inspect`` (and ast, dis, tokenize),
-about a sixth of a header-only ``loadkit inspect`` run (``tests/test_architecture.py`` checks).
+(filled in by the dry load) are in ``loadkit.inspection.records``.
 """
 
 from __future__ import annotations
 
-from loadkit.checkpoint.record import Record
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
 if TYPE_CHECKING:
-    from typing import Any
-
     from loadkit.checkpoint.index import IndexProblem
     from loadkit.checkpoint.reader import Checkpoint, TensorInfo
     from loadkit.checkpoint.sources import Source
 
 
-class ShardSummary(Record):
+class ShardSummary(NamedTuple):
     file: str
     tensors: int
     nbytes: int
 
 
-class CheckpointSummary(Record):
+class CheckpointSummary(NamedTuple):
     path: str
     files: list[ShardSummary]
     tensors: list[TensorInfo]
@@ -63,41 +59,31 @@ class CheckpointSummary(Record):
         }
 
 
+@dataclass(eq=False)
 class RuleUse:
     """One mapper rule and the keys it fired for (in checkpoint order)."""
 
-    __slots__ = ("example", "fired", "origin", "rule", "stage", "target")
-
-    def __init__(self, stage: str, rule: str, target: Any, origin: str | None = None) -> None:
-        self.stage = stage
-        self.rule = rule
-        self.target = target  # the replacement; None for a dropping rule; [new, shard_id]
-        self.origin = origin  # where the rule comes from, when the model says (--model hf)
-        self.fired = 0
-        self.example: tuple[str, str | None] | None = None  # (before, after), first firing
+    stage: str
+    rule: str
+    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
+    origin: str | None = None  # where the rule comes from, when the model says (--model hf)
+    fired: int = 0
+    example: tuple[str, str | None] | None = None  # (before, after), first firing
 
     def __repr__(self) -> str:
         return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
 
 
+@dataclass(eq=False)
 class MapperReport:
     """Which rule fired for which key, and which keys the mapper drops."""
 
-    def __init__(
-        self,
-        source: str,  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-        rules: list[RuleUse],
-        traces: list[dict[str, Any]],  # keys a rule fired for: name, mapped, shard_id, steps
-        dropped: list[tuple[str, str]],  # (key, "stage 'rule'")
-        unchanged: int,
-        note: str | None = None,
-    ) -> None:
-        self.source = source
-        self.rules = rules
-        self.traces = traces
-        self.dropped = dropped
-        self.unchanged = unchanged
-        self.note = note
+    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+    rules: list[RuleUse]
+    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
+    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
+    unchanged: int
+    note: str | None = None
 
     def __repr__(self) -> str:
         return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"

@@ -1,4 +1,4 @@
-"""A Llama/Qwen-like GQA model built from vLLM's tensor-parallel layers (SPEC 12).
+"""A Llama/Qwen-like GQA model built from vLLM's tensor-parallel layers.
 
 The layout is Qwen3's (which is Llama's plus a per-head RMSNorm on q and k): checkpoint keys
 ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight`` (and biases with ``attention_bias``),

@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
     "llama-like": "loadkit.models.llama:LlamaForCausalLM",
+    "vision-tower": "loadkit.models.vision_tower:VisionTower",
 }
 
 

@@ -17,7 +17,7 @@ the index written here (an index is transformers' format: every shard it names m
 safetensors, every key must be in its shard, no key in two shards, and no shard outside the
 folder).
 
-The documented deviations (README, "Hostile input") are never generated here; each has its own
+The documented deviations (docs/hostile-input.md) are never generated here; each has its own
 test in ``tests/checkpoint/test_hostile_input.py``. ``make test`` runs these derandomized;
 ``make test-deep`` runs them with random seeds and ten times the examples.
 """

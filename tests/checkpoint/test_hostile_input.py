@@ -1,6 +1,6 @@
 """Hostile files and arguments (issue 13): one test per class of failure, each checked against the
-safetensors library where it has an opinion, plus the deliberate deviations (README, "Hostile
-input"). The differential fuzzing of the same ground is
+safetensors library where it has an opinion, plus the deliberate deviations
+(docs/hostile-input.md). The differential fuzzing of the same ground is
 ``tests/checkpoint/test_fuzz_safetensors.py``."""
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_zero_size_tensors_follow_the_librarys_rule_in_any_key_order(tmp_path, z
             open_checkpoint(f)
 
 
-# --- deliberate deviations (README "Hostile input"), pinned ---------------------------------------
+# --- deliberate deviations (docs/hostile-input.md), pinned ---------------------------------------
 
 
 def test_deviation_an_entry_over_MAX_ENTRY_CHARS_is_refused(tmp_path):

@@ -44,7 +44,7 @@ def test_wrong_shard_names_where_the_key_is(tmp_path):
         index["weight_map"]["l.3.w"] = S1
 
     folder = shards(tmp_path, mutate)
-    with pytest.raises(ShardIndexError):  # the library keeps raising (SPEC 9)
+    with pytest.raises(ShardIndexError):  # the library keeps raising
         open_checkpoint(folder)
     ck, problems = open_lenient(folder)
     assert kinds(problems) == [("wrong shard", "l.3.w", (S2,))]

@@ -40,7 +40,7 @@ def test_a_builtin_whose_module_is_missing_says_so(monkeypatch):
 
 
 def test_a_checkpoint_of_another_model_is_unusable_for_a_builtin(in_notebooks):
-    # plamo2 cannot size itself from it (SPEC 9: the file, the key)
+    # plamo2 cannot size itself from it (the error names the file, the key)
     where = r"gemma4_like/model\.safetensors.*'model\.embed_tokens\.weight'"
     with pytest.raises(CheckpointError, match=where):
         inspect_checkpoint("../data/gemma4_like/model.safetensors", model="plamo2")

@@ -1,4 +1,4 @@
-"""SPEC 7: the Gemma4-like model, its checkpoint layout, generator and header inference."""
+"""The Gemma4-like model, its checkpoint layout, generator and header inference."""
 
 import dataclasses
 import math
@@ -61,7 +61,7 @@ def test_spec_mapper_and_names():
     )
     with torch.device("meta"):
         model = G4()
-    assert model.hf_to_vllm_mapper is G4.hf_to_vllm_mapper  # no towers, no packing: SPEC's
+    assert model.hf_to_vllm_mapper is G4.hf_to_vllm_mapper  # no towers, no packing: the one rule
     names = [n for n, _ in model.named_parameters()]
     assert all(n.startswith("language_model.model.") for n in names)
     assert all(p.device.type == "meta" for p in model.parameters())

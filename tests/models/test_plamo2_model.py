@@ -179,7 +179,7 @@ def test_norm_offsets_and_A():
 
 
 def test_offsets_are_added_in_place_to_the_tensors_handed_over():
-    # SPEC 2: upstream mutates what it is handed; callers that need the checkpoint pass copies.
+    # Upstream mutates what it is handed; callers that need the checkpoint pass copies.
     config = Plamo2Config()
     ckpt = make_checkpoint(config)
     pristine = {k: v.clone() for k, v in ckpt.items()}

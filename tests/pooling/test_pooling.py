@@ -1,4 +1,4 @@
-"""SPEC 4: the pooling adapter's prefix probe, on real safetensors files read through a
+"""The pooling adapter's prefix probe, on real safetensors files read through a
 buffer-reusing iterator."""
 
 import dataclasses

@@ -3,7 +3,7 @@
 Every scenario loads the committed checkpoints in ``data/plamo2/`` into the model of
 ``loadkit.models.plamo2`` with one behaviour and measures the result against ``reference_state``:
 the correct values computed independently of the loaders (parameter by parameter, with the
-``in_proj`` order from explicit index arithmetic). Loaders add norm offsets in place (SPEC 2), so
+``in_proj`` order from explicit index arithmetic). Loaders add norm offsets in place, so
 every load here is handed fresh copies (``fresh``).
 """
 
@@ -67,7 +67,7 @@ def config_of(kind: str) -> Plamo2Config:
 
 
 def fresh(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Copies of the weights: loaders add norm offsets in place (SPEC 2)."""
+    """Copies of the weights: loaders add norm offsets in place."""
     return ((name, tensor.clone()) for name, tensor in weights)
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 # For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
-SCHEMA_VERSION = 2  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -77,10 +78,9 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> list[str]:
-    found = []
-    for line in _prose_lines(path.read_text()):
-        found += LINK.findall(CODE_SPAN.sub("", line))
-    return found
+    """The link targets outside code; a link's text may run over several lines."""
+    prose = "\n".join(CODE_SPAN.sub("", line) for line in _prose_lines(path.read_text()))
+    return LINK.findall(prose)
 
 
 def broken_links(path: Path) -> list[str]:
@@ -113,11 +113,13 @@ def test_the_link_check_sees_a_broken_link(tmp_path):
     doc.write_text(
         "# A\n\n[ok](b.md#two-words-1) [gone](c.md) [bad anchor](b.md#three)"
         " [self](#a) [not self](#b)\n\n```\n[in code](nothing.md)\n```\n`[span](x.md)`\n"
+        "![a picture whose alt text\nruns over two lines](img/none.png)\n"
     )
     assert broken_links(doc) == [
         "c.md: no such file",
         "b.md#three: no heading with that anchor in b.md",
         "#b: no heading with that anchor in a.md",
+        "img/none.png: no such file",
     ]
 
 
@@ -258,3 +260,51 @@ def test_the_citation_check_sees_one(tmp_path):
         f'm.py:1: """The probe ({spec} 4)."""',
         f"m.py:2: # {spec}'s 7, to the letter",
     ]
+
+
+def _json_schema_rows() -> dict[str, str]:
+    """The ``--json`` table of docs/inspect.md: each key of its first column -> its row."""
+    text = (REPO / "docs" / "inspect.md").read_text()
+    section = text.split("## The `--json` document", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3 and "`" in cells[1]:
+            for key in re.findall(r"`(\w+)`", cells[1]):
+                rows[key] = line
+    return rows
+
+
+@pytest.mark.slow
+def test_docs_inspect_documents_every_key_of_the_json_document():
+    from loadkit import inspect_checkpoint
+    from loadkit.inspection.inspector import SCHEMA_VERSION
+
+    report = inspect_checkpoint(
+        REPO / "data" / "llama_like" / "model.safetensors", model="llama-like", tp=2, probe=True
+    )
+    doc = json.loads(report.to_json())
+    rows = _json_schema_rows()
+    text = (REPO / "docs" / "inspect.md").read_text()
+    assert f'"schema": {SCHEMA_VERSION}' in text and doc["schema"] == SCHEMA_VERSION
+    assert sorted(set(doc) - set(rows) - {"schema"}) == [], "top-level keys without a row"
+    undocumented = sorted(
+        f"{key}.{sub}"
+        for key, value in doc.items()
+        if isinstance(value, dict)
+        for sub in value
+        if f"`{sub}`" not in rows[key]
+    )
+    assert undocumented == [], "keys the docs/inspect.md --json table does not name"
+
+
+def test_every_test_the_documents_name_exists():
+    defined = set()
+    for path in (REPO / "tests").rglob("*.py"):
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(), re.M))
+        defined.add(path.stem)  # a test module named by its name
+    named = {
+        span for path in REFERENCES for span in _code_spans(path) if re.fullmatch(r"test_\w+", span)
+    }
+    assert len(named) > 10
+    assert sorted(named - defined) == []

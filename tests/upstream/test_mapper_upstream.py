@@ -265,3 +265,32 @@ def test_vllm_0_28_0_still_rematches_its_own_output(up):
     assert m._map_name_with_shard(key.format("qkv_proj")) == (key.format("qkqkv_proj"), "v")
     new = loadkit_side().WeightsMapper(orig_to_new_stacked=rules, behaviour="new")
     assert new.map_name_with_shard(key.format("q_proj")) == (key.format("qkv_proj"), "q")
+
+
+def test_vision_tower_checkpoint_fails_in_vllm_0_28_0_and_loads_with_new(up):
+    """The committed vision tower through upstream's own AutoWeightsLoader and WeightsMapper:
+    the load fails on qkqkv_proj as loadkit's old stage does; with loadkit's new mapper's names
+    and shard ids, upstream's loader fills every parameter with the checkpoint's values."""
+    from loadkit import open_checkpoint
+    from loadkit.models import vision_tower as vt
+
+    ck = open_checkpoint(vt.DATA_CHECKPOINT)
+    config = vt.config_from_checkpoint(ck.tensors)
+    model = vt.VisionTower(config)
+    mapper = up.WeightsMapper(orig_to_new_stacked=vt.QKV_RULES)
+    try:
+        up.AutoWeightsLoader(model).load_weights(ck.weights(), mapper=mapper)
+    except ValueError as exc:
+        assert str(exc).startswith(
+            "There is no module or parameter named "
+            "'vision_model.encoder.layers.0.self_attn.qkqkv_proj' in VisionTower"
+        ), exc
+    else:
+        raise AssertionError("vLLM 0.28.0 loaded the vision tower")
+    model = vt.VisionTower(config)
+    new = loadkit_side().WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="new")
+    loaded = up.AutoWeightsLoader(model).load_weights(new.apply(ck.weights()))
+    assert loaded == {n for n, _ in model.named_parameters()}
+    truth = dict(ck.weights())
+    rows = vt.qkv_rows(model, truth)
+    assert all(held == [f"{s} {j}" for s in "qkv" for j in range(16)] for held in rows.values())

@@ -39,7 +39,7 @@ __all__ = ["PATTERNS", "Snapshot", "parse_repo_id", "repo_folder", "resolve_snap
 # What loadkit reads of a snapshot: the weights' headers, the index, and --model hf's config.
 PATTERNS = ["*.safetensors", "*.safetensors.index.json", "config.json"]
 _REPO_ID = re.compile(r"([\w.-]+/[\w.-]+)(?:@(\S+))?")
-_REPO_FOLDER = "models--"  # huggingface_hub's folder prefix for model repos
+_REPO_FOLDER = "models--"  # huggingface_hub's prefix of a model repo's folder in its cache
 INSTALL_HINT = "pip install huggingface_hub"
 
 

@@ -49,17 +49,13 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["DEFAULT_TIMEOUT", "RemoteCheckpoint", "is_url", "open_remote", "remote_kind"]
+__all__ = ["DEFAULT_TIMEOUT", "Fetched", "RemoteCheckpoint", "open_remote", "remote_kind"]
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, from connecting to its last byte
+MAX_SMALL_FILE_BYTES = 10_000_000  # a file fetched whole beside the weights (config.json)
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED = re.compile(r"bytes \*/(\d+)")
-
-
-def is_url(text: str) -> bool:
-    """Does ``text`` name a remote checkpoint (``http://`` or ``https://``)?"""
-    return text[:8].lower().startswith(("http://", "https://"))
 
 
 def remote_kind(url: str) -> str:
@@ -102,10 +98,26 @@ class RemoteCheckpoint(Checkpoint):
         files: list[str],
         tensors: dict[str, TensorInfo],
         metadata_text: dict[str, str | None],
-        fetched: Fetched,
+        client: _Client,
     ) -> None:
         super().__init__(url, files, tensors, metadata_text)
-        self.fetched = fetched
+        self._client = client
+        self.fetched = client.fetched
+        self._beside: dict[str, tuple[str, bytes]] = {}
+
+    def fetch_beside(self, name: str, limit: int = MAX_SMALL_FILE_BYTES) -> tuple[str, bytes]:
+        """``(URL, bytes)`` of the small file ``name`` beside the checkpoint (``config.json``
+        for ``--model hf``), fetched once and counted in ``fetched``."""
+        if name not in self._beside:
+            base = urllib.parse.urlsplit(self.path)
+            path = posixpath.join(posixpath.dirname(base.path), urllib.parse.quote(name))
+            url = urllib.parse.urlunsplit((base.scheme, base.netloc, path, "", ""))
+            raw = self._client.get(url, limit)
+            if len(raw) > limit:
+                raise CheckpointError(url, f"larger than loadkit's limit of {limit} bytes")
+            self.fetched.size += len(raw)
+            self._beside[name] = (url, raw)
+        return self._beside[name]
 
     def weights(self, *, reuse_buffer: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         raise CheckpointError(
@@ -359,4 +371,4 @@ def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoi
                 f"says shard '{posixpath.basename(file)}' holds it, but {where} does",
                 key,
             )
-    return RemoteCheckpoint(url, files, tensors, metadata, client.fetched)
+    return RemoteCheckpoint(url, files, tensors, metadata, client)

@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpo
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
+    from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
@@ -55,16 +56,41 @@ def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> li
     return out
 
 
+def _source(source: Source | None) -> list[str]:
+    """The lines saying what a repo id resolved to, or what reading a URL's headers cost."""
+    if source is None or source.kind == "path":
+        return []
+    if source.snapshot is not None:
+        s = source.snapshot
+        lines = [
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, revision "
+            f"{printable(s.revision)}, commit {s.commit}"
+        ]
+        if s.note:
+            lines.append(f"    ({printable(s.note)})")
+        if s.lacks:
+            lines.append(f"    the snapshot lacks {_names(list(s.lacks))} (an incomplete download)")
+        return lines
+    f = source.fetched
+    assert f is not None
+    share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
+    return [
+        f"  read header-only over HTTP: {f.requests} requests fetched {f.bytes} bytes "
+        f"({format_bytes(f.bytes)}) of the {format_bytes(f.size)} it names{share}"
+    ]
+
+
 def _checkpoint(r: Report) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
         f"checkpoint  {printable(c.path)}",
+        *_source(c.source),
         f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
         "  dtypes  "
         + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
     ]
-    if len(c.files) > 1 or os.path.isdir(c.path):
+    if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
         rows = [
             (printable(os.path.basename(s.file)), f"{s.tensors:>6} tensors", format_bytes(s.nbytes))

@@ -36,9 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from loadkit import AutoWeightsLoader, WeightsMapper
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, LoadkitError
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.mapper import WeightsMapper
 from loadkit.models._common import DATA_DIR
 from loadkit.parallel.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 

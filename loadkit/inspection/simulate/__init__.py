@@ -25,12 +25,13 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LoadReport
-from loadkit.inspection.simulate.meta import loadable_tensors, meta_copy, model_summary
+from loadkit.inspection.simulate.meta import loadable_tensors, model_summary
 from loadkit.inspection.simulate.outcome import assemble
 from loadkit.inspection.simulate.run import simulate
+from loadkit.loading.meta import meta_copy
 from loadkit.mapper import WeightsMapper
 
-__all__ = ["DryLoad", "dry_load", "meta_copy", "model_summary"]
+__all__ = ["DryLoad", "dry_load", "model_summary"]
 
 
 class DryLoad(NamedTuple):

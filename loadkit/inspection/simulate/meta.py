@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -12,31 +11,11 @@ from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.records import ModelSummary
 from loadkit.loading.ledger import model_tensors
-from loadkit.loading.meta import to_meta
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``'float32'``."""
     return str(dtype).removeprefix("torch.")
-
-
-def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
-    """``model`` itself when it is all on ``meta`` (a copy if ``always``), else a copy on meta.
-
-    The caller's model is never changed, and its data is never copied: each tensor is replaced
-    by a meta tensor of its shape and dtype (keeping attributes such as ``weight_loader``) before
-    the module tree is deep-copied around it.
-
-    Example:
-        >>> live = torch.nn.Linear(2, 2)
-        >>> meta_copy(live).weight.is_meta, live.weight.is_meta
-        (True, False)
-    """
-    tensors = [*model.parameters(), *model.buffers()]
-    if all(t.is_meta for t in tensors) and not always:
-        return model
-    memo: dict[int, Any] = {id(t): to_meta(t) for t in tensors}  # tied tensors stay tied
-    return copy.deepcopy(model, memo)
 
 
 def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:

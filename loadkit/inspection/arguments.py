@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="any dtype cast fails the load (by default only incompatible casts do: float into "
         "int, ...)",
     )
+    inspect.add_argument(
+        "--strict-index",
+        action="store_true",
+        help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "
+        "in another shard than it says, a key it does not list, a wrong total_size)",
+    )
     rules.add_argument(
         "--probe",
         action="store_true",

@@ -12,6 +12,7 @@ Modes:
 - ``"ranges"``: the above;
 - ``"no-ranges"``: ignores Range, 200 with the whole file;
 - ``"slow"``: waits ``delay`` seconds before answering;
+- ``"trickle"``: answers at once, then sends the body one byte every ``delay`` seconds;
 - ``"redirect-loop"``: every path redirects to another that redirects back;
 - ``"redirect"``: every path but ``/real/...`` redirects there once (as the hub's ``resolve``
   URLs redirect to a CDN);
@@ -75,8 +76,16 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             sent = 0
             try:
-                self.wfile.write(body)
-                sent = len(body)
+                if server.mode == "trickle":
+                    for i in range(len(body)):
+                        if server.stopping.wait(server.delay):
+                            break
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        sent += 1
+                else:
+                    self.wfile.write(body)
+                    sent = len(body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client closed the connection (it refused the answer)
             server.log.append(Served(self.path, rng, status, sent))

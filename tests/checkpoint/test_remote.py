@@ -131,6 +131,15 @@ def test_slow_server_hits_the_timeout():
         assert time.monotonic() - start < 5
 
 
+def test_a_trickling_server_hits_the_timeout_of_the_whole_request():
+    """Each byte comes within the socket's timeout, but the request as a whole does not."""
+    with serve(DATA / "plamo2", "trickle", delay=0.1) as server:
+        start = time.monotonic()
+        with pytest.raises(CheckpointError, match=r"no complete answer within 0\.5 s \(got "):
+            open_remote(server.url("untied.safetensors"), timeout=0.5)
+        assert time.monotonic() - start < 3
+
+
 def test_not_found_and_a_missing_shard(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"w": "gone.safetensors"}})

@@ -201,6 +201,17 @@ def test_header_limit_and_truncation_before_any_header_byte(tmp_path):
     assert all(s.range == (0, 7) for s in server.log)  # never a header request
 
 
+def test_a_header_that_is_no_object_is_refused_from_its_start(tmp_path):
+    """A 50 MB header starting with '[': refused after its first chunk, not after 50 MB."""
+    n = 50_000_000
+    (tmp_path / "array.safetensors").write_bytes(struct.pack("<Q", n) + b"[" + b" " * (n - 1))
+    with serve(tmp_path) as server:
+        with pytest.raises(HeaderError, match=r"the header is not an object \(it starts b'\['\)"):
+            open_remote(server.url("array.safetensors"))
+    assert [s.range for s in server.log] == [(0, 7), (8, 8 + n - 1)]
+    assert server.log[-1].sent < n  # the client hung up: the server could not write it all
+
+
 def test_strict_header_checks_name_the_url_and_key(tmp_path):
     _raw(tmp_path / "notobj.safetensors", b"[1, 2]   ")
     _raw(

@@ -131,6 +131,15 @@ def test_slow_server_hits_the_timeout():
         assert time.monotonic() - start < 5
 
 
+def test_a_trickling_server_hits_the_timeout_of_the_whole_request():
+    """Each byte comes within the socket's timeout, but the request as a whole does not."""
+    with serve(DATA / "plamo2", "trickle", delay=0.1) as server:
+        start = time.monotonic()
+        with pytest.raises(CheckpointError, match=r"no complete answer within 0\.5 s \(got "):
+            open_remote(server.url("untied.safetensors"), timeout=0.5)
+        assert time.monotonic() - start < 3
+
+
 def test_not_found_and_a_missing_shard(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"w": "gone.safetensors"}})
@@ -190,6 +199,17 @@ def test_header_limit_and_truncation_before_any_header_byte(tmp_path):
         with pytest.raises(TruncatedCheckpointError, match="file is 3 bytes, too short for the"):
             open_remote(server.url(tiny.name))
     assert all(s.range == (0, 7) for s in server.log)  # never a header request
+
+
+def test_a_header_that_is_no_object_is_refused_from_its_start(tmp_path):
+    """A 50 MB header starting with '[': refused after its first chunk, not after 50 MB."""
+    n = 50_000_000
+    (tmp_path / "array.safetensors").write_bytes(struct.pack("<Q", n) + b"[" + b" " * (n - 1))
+    with serve(tmp_path) as server:
+        with pytest.raises(HeaderError, match=r"the header is not an object \(it starts b'\['\)"):
+            open_remote(server.url("array.safetensors"))
+    assert [s.range for s in server.log] == [(0, 7), (8, 8 + n - 1)]
+    assert server.log[-1].sent < n  # the client hung up: the server could not write it all
 
 
 def test_strict_header_checks_name_the_url_and_key(tmp_path):

@@ -126,7 +126,7 @@ def test_without_huggingface_hub_a_repo_id_says_what_to_install(tmp_path):
     assert got.stderr == (
         "loadkit inspect: error: org/name: no such file or folder; to read it as a Hugging Face "
         "repo id from the local cache, loadkit needs huggingface_hub (pip install "
-        "huggingface_hub)\n"
+        "'loadkit[hf]', or huggingface_hub alone)\n"
     )
     path = subprocess.run(  # a path never needs it
         [

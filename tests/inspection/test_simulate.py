@@ -8,8 +8,8 @@ from loadkit import AutoWeightsLoader, as_pooling_model, default_weight_loader, 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.simulate import dry_load
-from loadkit.inspection.simulate.weights import meta_weight
 from loadkit.inspection.simulate.recording import storage_id
+from loadkit.inspection.simulate.weights import meta_weight
 
 ORIGINAL_LOAD_WEIGHTS = AutoWeightsLoader.load_weights
 

@@ -12,7 +12,7 @@ answer within the timeout, a 404 (or any other error status), a redirect loop, a
 ignores ``Range`` (it answers 200 with the whole file: the connection is closed at once, the data
 never read), a ``Content-Range`` that is not the range asked for, or a body longer than asked for.
 Only ``http`` and ``https`` are followed, redirects included. The standard library only (urllib);
-the usual proxy variables apply.
+the usual proxy variables apply, except to the loopback (``127.0.0.1``, ``localhost``).
 
 >>> remote_kind("https://host/org/name/resolve/main/model.safetensors?download=true")
 'file'
@@ -54,6 +54,7 @@ __all__ = ["DEFAULT_TIMEOUT", "Fetched", "RemoteCheckpoint", "open_remote", "rem
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, from connecting to its last byte
 MAX_SMALL_FILE_BYTES = 10_000_000  # a file fetched whole beside the weights (config.json)
 _CHUNK = 1 << 16
+_LOOPBACK = ("localhost", "::1")  # and 127.0.0.0/8: never through a proxy
 _START = 4096  # the header's first bytes, checked before the rest is read
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED = re.compile(r"bytes \*/(\d+)")
@@ -149,10 +150,12 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 class _Client:
     """One opener for every request of one checkpoint, with the timeout and the tally."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, *, direct: bool = False) -> None:
         self.timeout = timeout
         self.fetched = Fetched()
-        self.opener = urllib.request.build_opener(_Redirects())
+        # The proxy variables apply, except to this machine's own loopback (``direct``).
+        handlers = [urllib.request.ProxyHandler({})] if direct else []
+        self.opener = urllib.request.build_opener(_Redirects(), *handlers)
 
     def _open(self, url: str, headers: dict[str, str]) -> HTTPResponse:
         request = urllib.request.Request(
@@ -365,7 +368,8 @@ def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoi
         <Fetched 1250 of 4194562 bytes in 2 requests>
     """
     kind = remote_kind(url)
-    client = _Client(timeout)
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    client = _Client(timeout, direct=host in _LOOPBACK or host.startswith("127."))
     if kind == "file":
         files, weight_map = [url], None
     else:

@@ -29,14 +29,6 @@ from loadkit.errors import (
 SHARDED = DATA / "plamo2" / "tied-with-lm-head"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Loopback requests go straight to the server, whatever proxy the machine has set."""
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-
-
 def _header_end(path: Path) -> int:
     """Where a safetensors file's data starts: 8 + the header's length."""
     return 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]
@@ -101,6 +93,18 @@ def test_open_source_takes_urls_and_a_redirect_keeps_the_range(tmp_path):
     assert [s.status for s in server.log].count(302) == 5  # each request moved, once
     moved = [s for s in server.log if s.path.startswith("/real/") and "index" not in s.path]
     assert len(moved) == 4 and all(s.status == 206 and s.range is not None for s in moved)
+
+
+def test_the_loopback_never_goes_through_a_proxy(monkeypatch):
+    """With a proxy set (a port where nothing listens) and no ``no_proxy``, the loopback is
+    still reached directly."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with serve(DATA / "plamo2") as server:
+        ck = open_remote(server.url("untied.safetensors"))
+    assert len(ck.tensors) == 30 and len(server.log) == 2
 
 
 def test_remote_weights_are_refused():

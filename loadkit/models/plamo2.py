@@ -523,13 +523,6 @@ def make_checkpoint(
     return out
 
 
-DATA_FILES = {
-    "untied": "plamo2/untied.safetensors",
-    "tied": "plamo2/tied.safetensors",
-    "tied-with-lm-head": "plamo2/tied-with-lm-head",
-}
-
-
 # --- a config from a checkpoint header (for `loadkit inspect --model plamo2`) --------------------
 
 _LAYER = re.compile(r"^model\.layers\.layers\.(\d+)\.")

@@ -26,7 +26,7 @@ class OwnTable(nn.Module):
         params = dict(self.named_parameters())
         table = {"a.weight": 0}
         for name, w in weights:
-            table[name]  # noqa: B018 (the loader's own KeyError, for a.bias)
+            table[name]  # the loader's own KeyError, for a.bias
             params[name].data.copy_(w)
 
 

@@ -78,10 +78,9 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> list[str]:
-    found = []
-    for line in _prose_lines(path.read_text()):
-        found += LINK.findall(CODE_SPAN.sub("", line))
-    return found
+    """The link targets outside code; a link's text may run over several lines."""
+    prose = "\n".join(CODE_SPAN.sub("", line) for line in _prose_lines(path.read_text()))
+    return LINK.findall(prose)
 
 
 def broken_links(path: Path) -> list[str]:
@@ -114,11 +113,13 @@ def test_the_link_check_sees_a_broken_link(tmp_path):
     doc.write_text(
         "# A\n\n[ok](b.md#two-words-1) [gone](c.md) [bad anchor](b.md#three)"
         " [self](#a) [not self](#b)\n\n```\n[in code](nothing.md)\n```\n`[span](x.md)`\n"
+        "![a picture whose alt text\nruns over two lines](img/none.png)\n"
     )
     assert broken_links(doc) == [
         "c.md: no such file",
         "b.md#three: no heading with that anchor in b.md",
         "#b: no heading with that anchor in a.md",
+        "img/none.png: no such file",
     ]
 
 
@@ -295,3 +296,25 @@ def test_docs_inspect_documents_every_key_of_the_json_document():
         if f"`{sub}`" not in rows[key]
     )
     assert undocumented == [], "keys the docs/inspect.md --json table does not name"
+
+
+def test_every_test_the_documents_name_exists():
+    defined = set()
+    for path in (REPO / "tests").rglob("*.py"):
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(), re.M))
+        defined.add(path.stem)  # a test module named by its name
+    named = {
+        span for path in REFERENCES for span in _code_spans(path) if re.fullmatch(r"test_\w+", span)
+    }
+    assert len(named) > 10
+    assert sorted(named - defined) == []
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/inspect.md"])
+def test_the_built_in_models_are_listed_as_the_registry_has_them(name):
+    from loadkit.models.registry import BUILTIN
+
+    text = " ".join((REPO / name).read_text().split())
+    listing = re.search(r"`gemma4-like`(?:,? (?:and )?`[\w-]+`)*", text)
+    assert listing is not None
+    assert re.findall(r"`([\w-]+)`", listing.group(0)) == list(BUILTIN)

@@ -16,20 +16,26 @@ from __future__ import annotations
 
 import os
 
-from loadkit.checkpoint.hub import Snapshot, parse_repo_id, repo_folder, resolve_snapshot
 from loadkit.checkpoint.index import IndexProblem, open_lenient
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
 from loadkit.checkpoint.record import Record
-from loadkit.checkpoint.remote import (
-    DEFAULT_TIMEOUT,
-    Fetched,
-    RemoteCheckpoint,
-    is_url,
-    open_remote,
-)
 from loadkit.errors import CheckpointError
 
-__all__ = ["Source", "open_source"]
+TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpoint.record)
+if TYPE_CHECKING:
+    from loadkit.checkpoint.hub import Snapshot
+    from loadkit.checkpoint.remote import Fetched
+
+# loadkit.checkpoint.remote is imported for a URL only (urllib.request and http.client cost a
+# plain `inspect PATH` more than parsing its headers), loadkit.checkpoint.hub for what may be a
+# repo id or a cache's repo folder.
+
+__all__ = ["Source", "is_url", "open_source"]
+
+
+def is_url(text: str) -> bool:
+    """Does ``text`` name a remote checkpoint (``http://`` or ``https://``)?"""
+    return text[:8].lower().startswith(("http://", "https://"))
 
 
 class Source(Record):
@@ -57,8 +63,10 @@ def _open_path(path: str) -> tuple[Checkpoint, list[IndexProblem]]:
 
 
 def _open_snapshot(name: str, snapshot: Snapshot) -> tuple[Checkpoint, list[IndexProblem]]:
+    """The snapshot's checkpoint; each weight file the hub lists and the cache lacks is a
+    ``not downloaded`` problem (a loader reading the snapshot would lack it too)."""
     try:
-        return _open_path(snapshot.folder)
+        ck, problems = _open_path(snapshot.folder)
     except CheckpointError as exc:
         if not snapshot.lacks:
             raise
@@ -67,12 +75,20 @@ def _open_snapshot(name: str, snapshot: Snapshot) -> tuple[Checkpoint, list[Inde
             f"the cached snapshot (commit {snapshot.commit}) is incomplete, it lacks "
             f"{', '.join(snapshot.lacks)}: {exc}",
         ) from None
+    for file in snapshot.lacks:
+        if file.endswith((".safetensors", ".safetensors.index.json")):
+            message = (
+                f"the hub lists '{file}' for commit {snapshot.commit}, but the cached snapshot "
+                "lacks it (an interrupted download?)"
+            )
+            problems.append(IndexProblem("not downloaded", None, message))
+    return ck, problems
 
 
 def open_source(
     name: str | os.PathLike[str],
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Checkpoint, list[IndexProblem], Source]:
     """Open what ``name`` names: ``(checkpoint, index problems, source)``.
@@ -81,7 +97,8 @@ def open_source(
         name: a ``.safetensors`` file, a folder (of shards, with an index, or a hub cache's
             ``models--org--name``), ``org/name[@revision]`` in the local Hugging Face cache, or
             an ``http(s)://`` URL of a ``.safetensors`` file or an index.
-        timeout: seconds each request to a remote checkpoint may take.
+        timeout: seconds each request to a remote checkpoint may take (``None``:
+            ``loadkit.checkpoint.remote.DEFAULT_TIMEOUT``).
         cache_dir: the Hugging Face cache for a repo id; ``None``: huggingface_hub's own
             (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``).
 
@@ -91,15 +108,24 @@ def open_source(
     """
     text = os.fspath(name)
     if os.path.lexists(text):
+        if not os.path.isdir(os.path.join(text, "snapshots")):  # not a cache's repo folder
+            ck, problems = _open_path(text)
+            return ck, problems, Source("path", text)
+        from loadkit.checkpoint.hub import repo_folder, resolve_snapshot
+
         found = repo_folder(text)
         if found is None:
             ck, problems = _open_path(text)
             return ck, problems, Source("path", text)
         snapshot = resolve_snapshot(found[0], cache_dir=found[1])
     elif is_url(text):
-        remote: RemoteCheckpoint = open_remote(text, timeout=timeout)
+        from loadkit.checkpoint.remote import DEFAULT_TIMEOUT, open_remote
+
+        remote = open_remote(text, timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         return remote, [], Source("url", text, fetched=remote.fetched)
     else:
+        from loadkit.checkpoint.hub import parse_repo_id, resolve_snapshot
+
         parsed = parse_repo_id(text)
         if parsed is None:
             ck, problems = _open_path(text)  # raises: no such file or folder

@@ -20,8 +20,9 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from loadkit.checkpoint.index import IndexProblem, open_lenient
-from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
+from loadkit.checkpoint.index import IndexProblem
+from loadkit.checkpoint.reader import Checkpoint
+from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError, MapperConfigError, printable
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.options import LoadRules, pattern_problem
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 # For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
-SCHEMA_VERSION = 2  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 
@@ -78,6 +79,7 @@ class InspectReport:
         load: LoadReport | None = None,
         tensor_parallel: TPReport | None = None,
         fix: SuggestedFix | None = None,
+        strict_index: bool = False,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
@@ -87,6 +89,7 @@ class InspectReport:
         self.tensor_parallel = tensor_parallel
         self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
+        self.strict_index = strict_index  # an inconsistent index fails (exit 1)
 
     def __repr__(self) -> str:
         c = self.checkpoint
@@ -117,17 +120,24 @@ class InspectReport:
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers and index are consistent);
-        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
-        not hold it."""
+        """0: loads cleanly (or no model to load into: every tensor the index names can be read),
+        an inconsistent index included (a key in another shard than it says, one it does not
+        list, a wrong ``total_size``); 1: it would not, a tensor cannot be read, (with
+        ``strict_index``) the index is inconsistent, or (with ``tp``) the ranks could not hold
+        it."""
         tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
+        strict = self.strict_index and bool(self.checkpoint.inconsistent)
+        return 1 if self.clean is False or self.checkpoint.failing or tp_fails or strict else 0
 
     def problems(self) -> list[str]:
         """Short descriptions of what keeps the checkpoint from loading cleanly."""
         out = []
         if self.checkpoint.failing:
-            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
+            n = len(self.checkpoint.failing)
+            out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
+        if self.strict_index and self.checkpoint.inconsistent:
+            n = len(self.checkpoint.inconsistent)
+            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
         out += self.load.problems() if self.load is not None else []
         return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
@@ -163,7 +173,7 @@ class InspectReport:
 
 
 def summarize_checkpoint(
-    ck: Checkpoint, problems: list[IndexProblem] | None = None
+    ck: Checkpoint, problems: list[IndexProblem] | None = None, source: Source | None = None
 ) -> CheckpointSummary:
     per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
     dtypes: dict[str, list[int]] = {}
@@ -181,6 +191,7 @@ def summarize_checkpoint(
         ck.total_bytes,
         {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
         list(problems or []),
+        source,
     )
 
 
@@ -288,11 +299,15 @@ def inspect_checkpoint(
     probe: bool | None = None,
     suggest: bool = True,
     tp: int | None = None,
+    strict_index: bool = False,
+    timeout: float | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
     Args:
-        checkpoint: what to inspect; only headers are read.
+        checkpoint: what to inspect; only headers are read. Also a Hugging Face repo id
+            (``org/name[@revision]``, from the local cache) or an ``http(s)://`` URL of a
+            ``.safetensors`` file or an index (read with Range requests).
         model: a built-in name (``loadkit.models.registry.BUILTIN``), a
             ``"package.module:callable"`` spec, a callable (called with no argument, or with the
             checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
@@ -304,8 +319,10 @@ def inspect_checkpoint(
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        strict_index: an inconsistent index (every tensor still loads) fails the report too.
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
+        timeout: seconds each request to a remote checkpoint may take.
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -323,14 +340,13 @@ def inspect_checkpoint(
         if problem is not None:
             raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
     problems: list[IndexProblem] = []
+    named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint
-    elif os.path.isdir(checkpoint):  # every index problem collected; the rest still read
-        ck, problems = open_lenient(checkpoint)
-    else:
-        ck = open_checkpoint(checkpoint)
+    else:  # a path (a folder: every index problem collected), a repo id, a URL
+        ck, problems, named = open_source(checkpoint, timeout=timeout)
     infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck, problems))
+    report = InspectReport(summarize_checkpoint(ck, problems, named), strict_index=strict_index)
     user_mapper = None if mapper is None else parse_mapper(mapper)
     names = [t.name for t in infos]
     if model is None:
@@ -345,7 +361,7 @@ def inspect_checkpoint(
     from loadkit.models.registry import build_model
     from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck.path)
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
     from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
@@ -409,6 +425,6 @@ def inspect_checkpoint(
                 "tp needs a model name, spec or callable: a built module cannot be rebuilt "
                 "for each rank's share"
             )
-        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck.path)[0]  # noqa: E731
+        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck)[0]  # noqa: E731
         report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report

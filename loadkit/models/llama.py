@@ -27,12 +27,13 @@ from typing import NoReturn
 import torch
 from torch import nn
 
-from loadkit import AutoWeightsLoader, WeightsMapper
 from loadkit.checkpoint import dtypes
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError
-from loadkit.models._common import DATA_DIR, RMSNorm
+from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.mapper import WeightsMapper
+from loadkit.models._common import RMSNorm
 from loadkit.parallel.linear import (
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -47,9 +48,6 @@ from loadkit.parallel.vocab_parallel_embedding import (
     vocab_shard,
 )
 from loadkit.vocab import Behaviour
-
-DATA_DIR_NAME = "llama_like"
-DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 
 # Upstream's LlamaModel.hf_to_vllm_mapper (vLLM 0.28.0): q/k/v and gate/up land in packed
 # parameters, each tensor tagged with its shard id.
@@ -486,3 +484,26 @@ class LlamaForCausalLM(nn.Module):
         loaded = loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
         self.ledger = loader.ledger
         return loaded
+
+
+def model_from_checkpoint(
+    tensors: Mapping[str, TensorInfo],
+    *,
+    rank_behaviour: Behaviour = "new",
+    kv_behaviour: Behaviour = "new",
+) -> LlamaForCausalLM:
+    """The model for this rank of the current group, sized from a checkpoint's header: the
+    model ``loadkit.executor`` runs and ``loadkit.inspection.tensor_parallel`` simulates when a
+    caller picks the Llama-like one (a module-level function, so it crosses to rank processes).
+
+    >>> from loadkit.parallel import simulated_group, use_group
+    >>> layout = checkpoint_layout(LlamaLikeConfig())
+    >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in layout}
+    >>> with torch.device("meta"), use_group(simulated_group(1, 2)):
+    ...     model = model_from_checkpoint(header, kv_behaviour="old")
+    >>> model.model.layers[0].self_attn.qkv_proj.kv_behaviour, model.tp_rank
+    ('old', 1)
+    """
+    return LlamaForCausalLM(
+        config_from_checkpoint(tensors), rank_behaviour=rank_behaviour, kv_behaviour=kv_behaviour
+    )

@@ -24,7 +24,7 @@ from loadkit.errors import LoadkitError, ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
@@ -191,18 +191,19 @@ def build_model(
     tensors: Mapping[str, TensorInfo],
     model_args: Mapping[str, Any] | None = None,
     *,
-    checkpoint: str | None = None,
+    checkpoint: str | Checkpoint | None = None,
 ) -> tuple[nn.Module, str]:
     """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
-    to ``checkpoint`` or at the spec's path), a ``module:callable`` spec, a callable or a module.
-    A callable taking one argument gets the checkpoint's ``tensors`` to size itself;
+    to ``checkpoint``, a path or an opened checkpoint, or at the spec's path), a
+    ``module:callable`` spec, a callable or a module. A callable taking one argument gets the
+    checkpoint's ``tensors`` to size itself;
     ``model_args`` are passed to a callable as keyword arguments (``--model-arg key=value``)."""
     kwargs = dict(model_args or {})
     if not isinstance(spec, str):
         from torch import nn
 
         if isinstance(spec, nn.Module) and not kwargs:
-            from loadkit.inspection.simulate import meta_copy
+            from loadkit.loading.meta import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec) and not isinstance(spec, nn.Module):

@@ -530,7 +530,7 @@ def test_a_loader_that_fails_before_reading_anything_is_unusable(tmp_path):
 
 
 def test_a_live_model_is_copied_to_meta_without_its_data():
-    from loadkit.inspection.simulate import meta_copy
+    from loadkit.loading.meta import meta_copy
 
     live = HandWritten()
     live.lm = nn.Linear(2, 2)

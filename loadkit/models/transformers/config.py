@@ -52,6 +52,12 @@ def read_config_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelSpecError(f"{path}: cannot read the config: {exc}") from None
+    return config_dict(text, path)
+
+
+def config_dict(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``text`` (the config read from ``path``, a file or a URL) as a JSON object with a
+    ``model_type``."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from loadkit import AutoWeightsLoader, WeightsMapper, open_checkpoint
 from loadkit.demo.scenario import Record
-from loadkit.demo.stories.stacked_mapper import load_record, mapping_figure, rows_figure
+from loadkit.demo.stories.stacked_mapper import (
+    CHECKPOINT,
+    load_record,
+    mapping_figure,
+    rows_figure,
+)
 from loadkit.models import vision_tower as vt
 
 __all__ = ["main_records", "mapping", "mapping_figure", "rows_figure"]
@@ -17,12 +22,12 @@ def mappers() -> dict[str, WeightsMapper]:
 
 def mapping() -> dict[str, dict]:
     """behaviour -> checkpoint key -> trace, as the notebook's mapping chart draws them."""
-    names = list(open_checkpoint(vt.DATA_CHECKPOINT).tensors)
+    names = list(open_checkpoint(CHECKPOINT).tensors)
     return {b: {n: m.trace(n) for n in names} for b, m in mappers().items()}
 
 
 def main_records() -> dict[str, Record]:
-    ck = open_checkpoint(vt.DATA_CHECKPOINT)
+    ck = open_checkpoint(CHECKPOINT)
     checkpoint = dict(ck.weights())
     out = {}
     for behaviour, mapper in mappers().items():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from repo_paths import DATA
 
 from loadkit import AutoWeightsLoader, WeightsMapper, open_checkpoint
 from loadkit.demo.stories import stacked_mapper as story
 from loadkit.errors import UnknownNameError
 from loadkit.models import vision_tower as vt
 
-CK = open_checkpoint(vt.DATA_CHECKPOINT)
+CK = open_checkpoint(DATA / "vision_tower" / "model.safetensors")
 
 
 def traces():
@@ -87,4 +88,4 @@ def test_runs(labels, expected):
 
 
 def test_wrapped_writes_the_data_folder_relative():
-    assert story.wrapped(f"x {vt.DATA_CHECKPOINT}") == "x data/vision_tower/model.safetensors"
+    assert story.wrapped(f"x {story.CHECKPOINT}") == "x data/vision_tower/model.safetensors"

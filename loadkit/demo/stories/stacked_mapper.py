@@ -17,9 +17,11 @@ from typing import Any
 
 from loadkit.demo.scenario import Record, Series
 from loadkit.demo.show import Table
+from loadkit.demo.stories import DATA_DIR
 from loadkit.fmt import wrap
 from loadkit.mapper import MapTrace, stacked_rematches
-from loadkit.models._common import DATA_DIR
+
+CHECKPOINT = DATA_DIR / "vision_tower" / "model.safetensors"  # the committed checkpoint
 
 # Mapping chart: one cell per key and behaviour.
 UNCHANGED, MAPPED, REMATCHED = 0, 1, 2

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from lab_page import NotebookPage
 from lab_server import REPO, LabServer
-from toggle_check import assert_toggle_drives_chart
+from toggle_check import assert_toggle_drives_chart, expected_traces, page_traces
 from toy_story import main_records as toy_records
 from toy_story import write_toy_notebook
 
@@ -40,6 +40,8 @@ BUG_NOTEBOOKS = {
         "main_records",
         "rows_figure",
     ),
+    # The notebook makes the calls itself; tests/browser/stacked_expected.py makes them again.
+    "06_stacked_mapper.ipynb": ("stacked_expected", "main_records", "rows_figure"),
 }
 MIN_WIDTH_SHARE = 0.95  # of the output area, for every chart
 
@@ -128,4 +130,25 @@ def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
             records = story.records(bug, int(tp))
             clicked = assert_toggle_drives_chart(page, records, story.rows_figure, timeout=15)
             assert set(clicked) == {"old", "new"}
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+def test_stacked_mapper_key_chart_shows_every_key_old_and_new(open_notebook, lab, tmp_path):
+    """Notebook 06's first chart (no toggle drives it): every checkpoint key's mapped name and
+    shard id, old and new side by side, as the library draws them from fresh traces."""
+    import stacked_expected
+
+    page = open_notebook("06_stacked_mapper.ipynb")
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        fig = stacked_expected.mapping_figure(stacked_expected.mapping())
+        state = page.chart_state_at(0)
+        assert state["title"] == fig.layout.title.text
+        assert page_traces(state) == expected_traces(None, lambda _: fig)  # type: ignore[arg-type]
+        (trace,) = state["traces"]
+        assert [row[0] for row in trace["z"]].count(2) == 8  # old: q_proj and k_proj, 2 layers
+        assert not any(row[1] == 2 for row in trace["z"])  # new: none
         assert not page.errors, f"the page logged errors: {page.errors}"

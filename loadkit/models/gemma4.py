@@ -33,12 +33,8 @@ from loadkit.errors import LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.weight_loaders import set_weight_attrs
 from loadkit.mapper import ShardId, WeightsMapper
-from loadkit.models._common import DATA_DIR, HeaderShapes, packed_weight_loader, shard_rows
-from loadkit.models._common import REPO_ROOT as REPO_ROOT  # the stories strip it from paths
+from loadkit.models._common import HeaderShapes, packed_weight_loader, shard_rows
 from loadkit.models.dyadic import dyadic_uniform
-
-DATA_DIR_NAME = "gemma4_like"
-DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 
 TEXT_CKPT = "model.language_model."
 TEXT_PARAM = "language_model.model."

@@ -33,7 +33,7 @@ from loadkit.checkpoint.writer import write_safetensors
 from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import WeightsMapper
-from loadkit.models._common import DATA_DIR, RMSNorm
+from loadkit.models._common import RMSNorm
 from loadkit.parallel.linear import (
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -48,9 +48,6 @@ from loadkit.parallel.vocab_parallel_embedding import (
     vocab_shard,
 )
 from loadkit.vocab import Behaviour
-
-DATA_DIR_NAME = "llama_like"
-DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 
 # Upstream's LlamaModel.hf_to_vllm_mapper (vLLM 0.28.0): q/k/v and gate/up land in packed
 # parameters, each tensor tagged with its shard id.

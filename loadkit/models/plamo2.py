@@ -36,6 +36,7 @@ from loadkit.errors import (
 )
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, remember
+from loadkit.loading.tensors import qualname
 from loadkit.loading.weight_loaders import (
     composed_weight_loader,
     default_weight_loader,
@@ -322,9 +323,6 @@ class Plamo2Model(nn.Module):
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.load_trace: list[NameStep] = []
 
-    def _qual(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """The loader after the move: names arrive without ``model.``; returns what it loaded."""
         if self.behaviour == "old":
@@ -336,14 +334,14 @@ class Plamo2Model(nn.Module):
         loaded: set[str] = set()
         self.load_trace = []
         for name, weight in weights:
-            source = weight_source(self._qual(name), weight)
+            source = weight_source(qualname(self.prefix, name), weight)
             new_name = rename(name)
             param = params.get(new_name)
             if param is None:
                 raise UnknownNameError(
-                    self._qual(new_name),
+                    qualname(self.prefix, new_name),
                     type(self).__name__,
-                    (self._qual(p) for p in params),
+                    (qualname(self.prefix, p) for p in params),
                     source,
                 )
             weight, step = convert(
@@ -352,10 +350,10 @@ class Plamo2Model(nn.Module):
                 param,
                 num_heads=self.config.mamba_num_heads,
                 behaviour=self.behaviour,
-                qualname=self._qual(new_name),
+                qualname=qualname(self.prefix, new_name),
                 source=source,
             )
-            load_param(param, weight, name=self._qual(new_name), source=source)
+            load_param(param, weight, name=qualname(self.prefix, new_name), source=source)
             step.received, step.loaded = name, new_name
             self.load_trace.append(step)
             loaded.add(new_name)
@@ -523,13 +521,6 @@ def make_checkpoint(
     elif not include_lm_head:
         out.pop("lm_head.weight", None)
     return out
-
-
-DATA_FILES = {
-    "untied": "plamo2/untied.safetensors",
-    "tied": "plamo2/tied.safetensors",
-    "tied-with-lm-head": "plamo2/tied-with-lm-head",
-}
 
 
 # --- a config from a checkpoint header (for `loadkit inspect --model plamo2`) --------------------

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from loadkit import open_checkpoint
 from loadkit.demo.stories import plamo2 as story
 from loadkit.demo.viz import figure_data
-from loadkit.models.plamo2 import BEHAVIOURS, DATA_FILES, Plamo2Config, Plamo2ForCausalLM, rename
+from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM, rename
 
 FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
 
@@ -180,7 +180,7 @@ def test_in_proj_figure():
     assert list(z[0][:8]) == [0] * 8 and list(z[1][:12]) == [0] * 4 + [1] * 4 + [2] * 4
 
 
-@pytest.mark.parametrize("kind", list(DATA_FILES))
+@pytest.mark.parametrize("kind", list(story.DATA_FILES))
 def test_story_configs_build_on_meta_the_shapes_of_their_checkpoint(kind):
     config = story.config_of(kind)
     with torch.device("meta"):

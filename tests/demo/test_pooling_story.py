@@ -1,11 +1,11 @@
 """The scenarios behind notebooks/01_pooling_probe.ipynb, and the widgets they drive."""
 
 import pytest
+from repo_paths import REPO
 
 from loadkit.demo.scenario import outcome_table
 from loadkit.demo.stories import pooling_probe as pp
 from loadkit.demo.viz import figure_data
-from loadkit.models import gemma4 as g4
 
 N_KEYS = 73
 
@@ -130,7 +130,7 @@ def test_traps():
     assert twice["prefix-only mapper (Gemma4), mapped names forwarded"] == "loaded 61 parameters"
     err = twice["packing mapper, mapped names forwarded"]
     assert err.startswith("UnknownNameError") and "data/gemma4_like/model.safetensors" in err
-    assert str(g4.REPO_ROOT) not in err  # outputs do not depend on where the repo lies
+    assert str(REPO) not in err  # outputs do not depend on where the repo lies
     shard = pp.trap_clone_drops_shard_id().outcome
     assert (shard["shard_id after apply()"], shard["shard_id of its clone()"]) == ("q", None)
     assert shard["loading the clone"].startswith("MissingShardIdError")

@@ -29,7 +29,6 @@ from loadkit.models._common import RMSNorm, rms_norm
 from loadkit.models.dyadic import dyadic_uniform
 from loadkit.models.plamo2 import (
     BEHAVIOURS,
-    DATA_FILES,
     FINAL_NORM_TESTS,
     NameStep,
     Plamo2Config,
@@ -40,6 +39,12 @@ from loadkit.models.plamo2 import (
 from loadkit.vocab import Status
 
 DEVIATION = "max |loaded - correct|"
+# The committed Plamo2 checkpoints (data/generate.py writes them), under data/.
+DATA_FILES = {
+    "untied": "plamo2/untied.safetensors",
+    "tied": "plamo2/tied.safetensors",
+    "tied-with-lm-head": "plamo2/tied-with-lm-head",
+}
 Weights = list[tuple[str, torch.Tensor]]
 
 # --- checkpoints ----------------------------------------------------------------------------------

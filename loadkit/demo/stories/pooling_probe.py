@@ -21,6 +21,7 @@ from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.checkpoint.writer import save_in_order
 from loadkit.demo.scenario import Record, Series, run_behaviours
 from loadkit.demo.show import Table
+from loadkit.demo.stories import DATA_DIR
 from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes, table
 from loadkit.loading.counting import CloneCounter
@@ -32,12 +33,13 @@ from loadkit.vocab import BEHAVIOURS, check_behaviour
 
 GiB = 2**30
 MODEL = g4.Gemma4ForConditionalGeneration
+CHECKPOINT = DATA_DIR / "gemma4_like" / "model.safetensors"  # data/generate.py writes it
 
 
 def _short(path: str) -> str:
     """Paths inside the repository, relative to it: notebook outputs must not depend on where
     the repository lies."""
-    return path.replace(f"{g4.REPO_ROOT}/", "")
+    return path.replace(f"{DATA_DIR.parent}/", "")
 
 
 def _watched(
@@ -132,7 +134,7 @@ def probe_run(
     Series: cumulative clones and cloned bytes, as percentages of the checkpoint, against keys
     read from the checkpoint. Outcome: what the probe found and what it cost.
     """
-    path = Path(checkpoint or g4.DATA_CHECKPOINT)
+    path = Path(checkpoint or CHECKPOINT)
     ck = open_checkpoint(path)
     config = g4.config_from_checkpoint(ck.tensors)
     run = _load(behaviour, ck.weights(reuse_buffer=True), config, clone=clone)
@@ -244,7 +246,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def buffer_reuse_demo(held: int = 3) -> Record:
     """Hold the first ``held`` tensors of a buffer-reusing stream, with and without clones."""
-    path = g4.DATA_CHECKPOINT
+    path = CHECKPOINT
     ck = open_checkpoint(path)
     truth = dict(ck.weights())
     views, clones = [], []
@@ -269,7 +271,7 @@ def buffer_reuse_demo(held: int = 3) -> Record:
 
 def clone_protection_records() -> dict[str, Record]:
     """For clone protection on and off: per parameter, % of values wrong after the load."""
-    path = g4.DATA_CHECKPOINT
+    path = CHECKPOINT
     ck = open_checkpoint(path)
     config = g4.config_from_checkpoint(ck.tensors)
     truth = _truth(path, config)
@@ -522,7 +524,7 @@ def trap_mapping_twice() -> Record:
         "mapped once": once,
         "mapped twice": mapper.map_name(once),
     }
-    ck = open_checkpoint(g4.DATA_CHECKPOINT)
+    ck = open_checkpoint(CHECKPOINT)
     for label, config in (
         ("prefix-only mapper (Gemma4)", g4.Gemma4Config()),
         ("packing mapper", packing),
@@ -541,7 +543,7 @@ def trap_clone_drops_shard_id() -> Record:
     config = dataclasses.replace(g4.Gemma4Config(), packing_in_mapper=True)
     model = MODEL(config)
     name = f"{g4.TEXT_CKPT}layers.0.self_attn.q_proj.weight"
-    weight = dict(open_checkpoint(g4.DATA_CHECKPOINT).weights())[name]
+    weight = dict(open_checkpoint(CHECKPOINT).weights())[name]
     [(mapped, tagged)] = list(model.hf_to_vllm_mapper.apply([(name, weight)]))
     clone = tagged.clone()
     param = model.get_parameter(mapped)

@@ -30,7 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from loadkit.checkpoint.header import MAX_HEADER_BYTES
+from loadkit.checkpoint.header import MAX_HEADER_BYTES, oversized_length
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
 from loadkit.checkpoint.shards import INDEX_NAME, MAX_INDEX_BYTES, parse_index, plain_relative
 from loadkit.errors import (
@@ -303,9 +303,7 @@ def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str 
         )
     n = int.from_bytes(head, "little")
     if n > MAX_HEADER_BYTES:
-        raise HeaderError(
-            url, f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
-        )
+        raise HeaderError(url, oversized_length(bytes(head), n, size))
     if n > size - 8:
         raise TruncatedCheckpointError(
             url, f"header claims {n} bytes but only {size - 8} follow the length field"

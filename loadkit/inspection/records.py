@@ -179,12 +179,14 @@ class LoadReport:
             if c[s]
         ]
         if self.failing_missing:
-            out.append(f"{len(self.failing_missing)} model tensor(s) never filled")
+            n = len(self.failing_missing)
+            out.append(f"{n} model tensor{'s' if n != 1 else ''} never filled")
         bad = sum(d.incompatible for d in self.dtype_casts)
         if bad:
-            out.append(f"{bad} incompatible dtype cast(s)")
+            out.append(f"{bad} incompatible dtype cast{'s' if bad != 1 else ''}")
         if self.rules.strict_dtype and len(self.dtype_casts) > bad:
-            out.append(f"{len(self.dtype_casts) - bad} dtype cast(s) (--strict-dtype)")
+            n = len(self.dtype_casts) - bad
+            out.append(f"{n} dtype cast{'s' if n != 1 else ''} (--strict-dtype)")
         if not self.complete:
             out.append("simulation stopped early")
         if self.failure is not None:

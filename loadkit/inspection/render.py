@@ -92,9 +92,11 @@ def _checkpoint(r: Report, limit: int) -> list[str]:
     lines = [
         f"checkpoint  {printable(c.path)}",
         *_source(c.source),
-        f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
+        f"  {_plural(len(c.files), 'file')}, {_plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
         "  dtypes  "
-        + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
+        + ", ".join(
+            f"{d} {_plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
+        ),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
 
 
-
 # --- packed parameters ---------------------------------------------------------------------------
 
 

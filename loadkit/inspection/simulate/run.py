@@ -68,13 +68,25 @@ class _Exclusions:
                     self._under.setdefault(".".join(parts[:i]), []).append(info.name)
         return self._under.get(name, [])
 
-    def add(self, exc: BaseException, culprit: str, mapper: WeightsMapper | None) -> None:
+    def add(
+        self,
+        exc: BaseException,
+        culprit: str,
+        mapper: WeightsMapper | None,
+        known: dict[str, torch.Tensor],
+    ) -> None:
         message = str(exc).split("\n", 1)[0]
         mapped = mapper.map_name(culprit) if mapper is not None else culprit
-        if not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
-            self.excluded[culprit] = KeyOutcome(
-                culprit, Status.LOAD_ERROR, mapped, message=f"{type(exc).__name__}: {message}"
-            )
+        # A KeyError for a name the model has is the loader's own error (a lookup in a table of
+        # its own), not a name the model lacks.
+        own_error = isinstance(exc, KeyError) and (
+            mapped in known or (bool(exc.args) and exc.args[0] in known)
+        )
+        if own_error or not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
+            said = f"{type(exc).__name__}: {message}"
+            if own_error:
+                said = f"the loader raised {said}, for a name the model has: its own error"
+            self.excluded[culprit] = KeyOutcome(culprit, Status.LOAD_ERROR, mapped, message=said)
             return
         if isinstance(exc, UnknownNameError):  # the report's own nearest names replace its list
             message = f"no module or parameter named '{exc.name}' in {exc.root}"
@@ -142,7 +154,7 @@ def simulate(
                     failure = f"{root_name}.load_weights raised after the last weight: "
                     failure += f"{type(exc).__name__}: {text}"
                     break
-                out.add(exc, culprit, observer.root_mapper() or mapper)
+                out.add(exc, culprit, observer.root_mapper() or mapper, tensors)
                 if runs >= MAX_RUNS:
                     complete = False
                     break

@@ -1,5 +1,6 @@
-# Two commands for a fresh machine:  make lab  (open the kit)   make test  (run every test)
-# Both build .venv first; torch is pinned to the CPU wheel (a looser spec pulls a CUDA build).
+# make setup: .venv with torch (the CPU wheel: a looser spec pulls a CUDA build) and every extra
+# (hf, notebooks, dev). Two commands for a fresh machine: make lab (open the kit), make test (run
+# every test); both run make setup first.
 # make test-upstream: loadkit against vLLM 0.28.0's own code (fetches its 300 MB wheel once).
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[notebooks,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[hf,notebooks,dev]'
 	touch $@
 
 lab: $(STAMP)

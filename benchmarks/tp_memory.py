@@ -58,8 +58,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from loadkit import open_checkpoint
-    from loadkit.parallel.launcher import run_one
-    from loadkit.parallel.share import memory_plan
+    from loadkit.executor.launcher import run_one
+    from loadkit.inspection.tensor_parallel.share import memory_plan
 
     ensure_checkpoint(args.checkpoint)
     ck = open_checkpoint(args.checkpoint)

@@ -119,11 +119,22 @@ def llama_like(out_dir: Path) -> list[Path]:
     return [write_checkpoint(path, LlamaLikeConfig())]
 
 
+def vision_tower(out_dir: Path) -> list[Path]:
+    """``vision_tower/model.safetensors``: the default config, seed 0, q/k/v apart, by name."""
+    from loadkit.checkpoint.writer import save_in_order
+    from loadkit.models.vision_tower import DATA_DIR_NAME, VisionTowerConfig, make_checkpoint
+
+    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    tensors = make_checkpoint(VisionTowerConfig(), seed=0)
+    return [save_in_order(path, tensors, metadata={"loadkit": "vision-tower"})]
+
+
 WRITERS = {
     "gemma4_like": gemma4_like,
     "plamo2": plamo2,
     "nemotron_h": nemotron_h,
     "llama_like": llama_like,
+    "vision_tower": vision_tower,
 }
 
 

@@ -39,7 +39,7 @@ def _escape(c: str) -> str:
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
-# --- checkpoints (SPEC 8, 9) -------------------------------------------------------------------
+# --- checkpoints (docs/hostile-input.md) ----------------------------------------------------------
 
 
 class CheckpointError(LoadkitError):
@@ -81,7 +81,7 @@ class DuplicateKeyError(CheckpointError):
     """The same tensor name is stored in two shards."""
 
 
-# --- loading (SPEC 2, 3) -------------------------------------------------------------------------
+# --- loading --------------------------------------------------------------------------------------
 
 
 class ShapeMismatchError(LoadkitError):
@@ -136,7 +136,7 @@ class NestedWeightError(LoadkitError):
         )
 
 
-# --- mapper configuration (SPEC 1) ---------------------------------------------------------------
+# --- mapper configuration -------------------------------------------------------------------------
 
 
 class MapperConfigError(LoadkitError):
@@ -171,7 +171,7 @@ class WeightLoadError(LoadkitError):
         )
 
 
-# --- models (SPEC 7) ------------------------------------------------------------------------------
+# --- models ---------------------------------------------------------------------------------------
 
 
 class ModelSpecError(LoadkitError):
@@ -182,7 +182,7 @@ class MissingShardIdError(LoadkitError):
     """A packed parameter got a tensor without (or with an unknown) ``shard_id``."""
 
 
-# --- tensor parallelism (SPEC 12) -----------------------------------------------------------------
+# --- tensor parallelism ---------------------------------------------------------------------------
 
 
 class TensorParallelError(LoadkitError):
@@ -197,7 +197,7 @@ class ShardIdError(LoadkitError):
     """A packed tensor-parallel layer got a tensor without a shard id it knows."""
 
 
-# --- layerwise reload (SPEC 6) -------------------------------------------------------------------
+# --- layerwise reload -----------------------------------------------------------------------------
 
 
 class ReloadStateError(LoadkitError):

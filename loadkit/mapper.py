@@ -1,4 +1,4 @@
-"""``WeightsMapper``: rewrites checkpoint names into model names (SPEC 1).
+"""``WeightsMapper``: rewrites checkpoint names into model names.
 
 Six stages run in a fixed order, as in vLLM 0.28.0: renaming (objects with a
 ``rename_source_key(key) -> (new_key, _)`` method, such as transformers' ``WeightRenaming``),
@@ -6,6 +6,19 @@ then the five rule tables regex, substr, stacked, prefix, suffix. Within a stage
 tried in order against the name as the earlier rules left it, so rules chain. A table rule whose
 value is ``None`` drops the weight. This module does not import torch: the header-only inspector
 maps names without it.
+
+The stacked stage has two behaviours, chosen when the mapper is built (every other stage is the
+same in both):
+
+- ``"old"`` (the default: what vLLM 0.28.0 does): every key is a raw substring, every rule is
+  tried in turn, so a later rule can match inside an earlier rule's output (``q_proj`` ->
+  ``qkv_proj``, then ``v_proj`` inside it -> ``qkqkv_proj``, shard ``v``);
+- ``"new"`` (vLLM PR #48564, not merged upstream): a key matches whole dotted components only
+  (leading and trailing dots just mark component edges), the longest key is tried first, and at
+  most one stacked rule applies to a name, so no rule sees another's output.
+
+``stacked_rematches(trace)`` finds where a rule matched inside an earlier rule's output;
+``rematch_examples(mapper, names)`` lists each such pair of rules once, with a name that shows it.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from loadkit.errors import MapperConfigError
+from loadkit.vocab import BEHAVIOURS, Behaviour, check_behaviour
 
 STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (dicts)
 ALL_STAGES = ("renaming", *STAGES)  # the order names go through
@@ -43,6 +57,15 @@ class MapTrace(NamedTuple):
     @property
     def dropped_by(self) -> MapStep | None:
         return self.steps[-1] if self.result is None and self.steps else None
+
+
+class Rematch(NamedTuple):
+    """A stacked rule (``then``) that matched inside the text an earlier one (``first``) wrote."""
+
+    first: str
+    then: str
+    name: str  # the name mapped
+    result: str | None  # what it became
 
 
 class Renaming(Protocol):
@@ -109,7 +132,7 @@ def _check_template(rx: Any, repl: str) -> None:
 
 @dataclass(frozen=True)
 class WeightsMapper:
-    """Rules that rewrite checkpoint names into model names (SPEC 1), applied stage by stage.
+    """Rules that rewrite checkpoint names into model names, applied stage by stage.
 
     Args:
         orig_to_new_renaming: objects with ``rename_source_key(key) -> (new_key, _)``
@@ -120,6 +143,8 @@ class WeightsMapper:
             stacked parameter and tags it with its shard, or ``None``.
         orig_to_new_prefix: prefix -> new prefix (``""`` prepends to every name), or ``None``.
         orig_to_new_suffix: suffix -> new suffix, or ``None``.
+        behaviour: how the stacked stage matches (the module docstring tells both). ``"old"``,
+            the default, is vLLM 0.28.0's; ``"new"`` matches whole components, first match only.
 
     A bad rule (an empty suffix, a regex that does not compile) raises ``MapperConfigError``
     here, when the mapper is built. The module docstring tells how the stages chain.
@@ -137,9 +162,12 @@ class WeightsMapper:
     orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
     orig_to_new_prefix: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_suffix: Mapping[str, str | None] = field(default_factory=dict)
+    # Keyword-only, so the six tables keep upstream's positional order.
+    behaviour: Behaviour = field(default="old", kw_only=True)
 
     def __post_init__(self) -> None:
         # Validate at build time: upstream only fails (or silently misbehaves) at use.
+        check_behaviour(self.behaviour)
         renaming = tuple(self.orig_to_new_renaming)  # a copy: the caller's list may change
         for r in renaming:
             if not callable(getattr(r, "rename_source_key", None)):
@@ -176,6 +204,20 @@ class WeightsMapper:
                     f"WeightsMapper: orig_to_new_stacked[{key!r}] must be (new_substr, shard_id) "
                     f"or None, not {value!r}"
                 )
+        order: list[tuple[str, tuple[str, ...], tuple[str, ShardId] | None]] = []
+        if self.behaviour == "new":
+            for key, value in self.orig_to_new_stacked.items():
+                parts = tuple(key.strip(".").split("."))
+                if "" in parts:
+                    raise MapperConfigError(
+                        f"WeightsMapper: orig_to_new_stacked key {key!r} is not dotted name "
+                        "components (behaviour='new' matches whole components)"
+                    )
+                order.append((key, parts, value))
+            # The longest key first (a fully qualified key beats its short alias); ties keep
+            # the table's order (sorted is stable).
+            order.sort(key=lambda rule: -len(".".join(rule[1])))
+        object.__setattr__(self, "_stacked_order", tuple(order))
         for fname in ("orig_to_new_substr", "orig_to_new_prefix", "orig_to_new_suffix"):
             for key, value in getattr(self, fname).items():
                 if not isinstance(key, str) or not (value is None or isinstance(value, str)):
@@ -220,13 +262,11 @@ class WeightsMapper:
                 if new is None:
                     return MapTrace(name, None, None, tuple(steps))
                 key = new
-        for sub, target in self.orig_to_new_stacked.items():
-            if sub in key:
-                new = None if target is None else key.replace(sub, target[0], 1)
-                fire("stacked", sub, new)
-                if new is None or target is None:
-                    return MapTrace(name, None, None, tuple(steps))
-                key, shard_id = new, target[1]
+        for sub, target, new in self._stacked(key):
+            fire("stacked", sub, new)
+            if new is None or target is None:
+                return MapTrace(name, None, None, tuple(steps))
+            key, shard_id = new, target[1]
         for prefix, repl in self.orig_to_new_prefix.items():
             if key.startswith(prefix):
                 new = None if repl is None else repl + key[len(prefix) :]
@@ -242,6 +282,30 @@ class WeightsMapper:
                     return MapTrace(name, None, None, tuple(steps))
                 key = new
         return MapTrace(name, key, shard_id, tuple(steps))
+
+    def _stacked(self, key: str) -> Iterator[tuple[str, tuple[str, ShardId] | None, str | None]]:
+        """The stacked rules that fire on ``key``: ``(key, target, name after it)`` in turn."""
+        if self.behaviour == "old":
+            # vLLM 0.28.0: raw substrings, every rule in turn on the name the last one left.
+            for sub, target in self.orig_to_new_stacked.items():
+                if sub in key:
+                    new = None if target is None else key.replace(sub, target[0], 1)
+                    yield sub, target, new
+                    if new is None:
+                        return
+                    key = new
+            return
+        parts = key.split(".")
+        for sub, rule, target in self._stacked_order:  # type: ignore[attr-defined]
+            n = len(rule)
+            for i in range(len(parts) - n + 1):
+                if tuple(parts[i : i + n]) == rule:
+                    if target is None:
+                        yield sub, None, None
+                        return
+                    written = [p for p in target[0].strip(".").split(".") if p]
+                    yield sub, target, ".".join([*parts[:i], *written, *parts[i + n :]])
+                    return  # at most one stacked rule per name: nothing sees its output
 
     # --- the upstream surface ---
 
@@ -342,7 +406,13 @@ class WeightsMapper:
             other: the mapper whose rules are added (and win where both have the same key).
 
         Returns:
-            A new ``WeightsMapper``; renaming objects are concatenated, ``self``'s first.
+            A new ``WeightsMapper``; renaming objects are concatenated, ``self``'s first. Its
+            behaviour is that of the side(s) with stacked rules (the only stage it changes),
+            ``other``'s when neither has any.
+
+        Raises:
+            MapperConfigError: both have stacked rules, under different behaviours: one merged
+                table cannot be matched both ways.
 
         >>> a = WeightsMapper(orig_to_new_regex={"x": "y"})
         >>> (a | WeightsMapper(orig_to_new_prefix={"p.": ""})).map_name("p.x")  # regex kept
@@ -351,6 +421,15 @@ class WeightsMapper:
         if not isinstance(other, WeightsMapper):
             return NotImplemented
         # Every field merges; upstream once forgot the regex one and dropped its rules silently.
+        behaviour = other.behaviour
+        if self.orig_to_new_stacked and other.orig_to_new_stacked:
+            if self.behaviour != other.behaviour:
+                raise MapperConfigError(
+                    f"WeightsMapper |: both mappers have stacked rules, one with behaviour "
+                    f"{self.behaviour!r}, the other {other.behaviour!r}; build both alike"
+                )
+        elif self.orig_to_new_stacked:
+            behaviour = self.behaviour
         return WeightsMapper(
             orig_to_new_renaming=[*self.orig_to_new_renaming, *other.orig_to_new_renaming],
             **{
@@ -360,6 +439,7 @@ class WeightsMapper:
                 }
                 for s in STAGES
             },
+            behaviour=behaviour,
         )
 
     def is_empty(self) -> bool:
@@ -387,6 +467,7 @@ class WeightsMapper:
         """Build from ``{"orig_to_new_prefix": {...}, ...}`` as read from JSON.
 
         JSON has no tuples: a stacked rule's ``[new_substr, shard_id]`` list becomes a tuple.
+        ``"behaviour": "old" | "new"`` beside the tables chooses the stacked stage's matching.
         Renaming objects are Python objects: build those mappers in Python.
 
         >>> m = WeightsMapper.from_json({"orig_to_new_stacked": {"q_proj": ["qkv_proj", "q"]}})
@@ -394,14 +475,21 @@ class WeightsMapper:
         ('a.qkv_proj.w', 'q')
         """
         fields = {f"orig_to_new_{s}" for s in STAGES}
-        unknown = set(rules) - fields
+        unknown = set(rules) - fields - {"behaviour"}
         if unknown:
             raise MapperConfigError(
                 f"WeightsMapper: unknown field(s) {sorted(unknown)}; "
-                f"expected some of {sorted(fields)}"
+                f"expected some of {sorted(fields)} and 'behaviour'"
             )
         kwargs: dict[str, Any] = {}
         for fname, table in rules.items():
+            if fname == "behaviour":
+                if table not in BEHAVIOURS:
+                    raise MapperConfigError(
+                        f"WeightsMapper: behaviour must be 'old' or 'new', not {table!r}"
+                    )
+                kwargs[fname] = table
+                continue
             if not isinstance(table, Mapping):
                 raise MapperConfigError(f"WeightsMapper: {fname} must be an object of rules")
             if fname == "orig_to_new_stacked":
@@ -415,3 +503,60 @@ class WeightsMapper:
                         )
             kwargs[fname] = dict(table)
         return cls(**kwargs)
+
+
+def stacked_rematches(trace: MapTrace) -> list[Rematch]:
+    """Where a stacked rule of ``trace`` matched inside text an earlier stacked rule wrote.
+
+    Under ``"new"`` at most one stacked rule fires, so the list is empty. Each step's match is
+    found as the old stage finds it (the first occurrence of the key), and the text each rule
+    wrote is followed through the later replacements.
+
+    >>> qv = {"q_proj": ("qkv_proj", "q"), "v_proj": ("qkv_proj", "v")}
+    >>> [r[:2] for r in stacked_rematches(WeightsMapper(orig_to_new_stacked=qv).trace("q_proj.w"))]
+    [('q_proj', 'v_proj')]
+    """
+    found: list[Rematch] = []
+    written: list[tuple[str, int, int]] = []  # (rule, start, end) of text a rule wrote
+    for step in trace.steps:
+        if step.stage != "stacked":
+            continue
+        start = step.before.find(step.rule)
+        end = start + len(step.rule)
+        if start < 0 or step.after is None:  # a drop (or a match that is not a plain substring)
+            break
+        for rule, a, b in written:
+            if start < b and end > a and (rule, step.rule) not in [r[:2] for r in found]:
+                found.append(Rematch(rule, step.rule, trace.name, trace.result))
+        grown = len(step.after) - len(step.before)
+        written = [
+            (rule, a, b) if b <= start else (rule, a + grown, b + grown)
+            for rule, a, b in written
+            if b <= start or a >= end
+        ]
+        written.append((step.rule, start, end + grown))
+    return found
+
+
+def rematch_examples(mapper: WeightsMapper, names: Iterable[str] = ()) -> list[Rematch]:
+    """Each pair of ``mapper``'s stacked rules where vLLM 0.28.0 (``"old"``) matches one rule
+    inside another's output, once, with a name that shows it.
+
+    The example is the first of ``names`` that shows the pair; for a pair no name shows, a name
+    made of the first rule's key (``x.<key>.weight``). Whatever ``mapper.behaviour`` is, the pairs
+    are the old stage's: what vLLM 0.28.0 would do with these rules.
+
+    >>> qv = {"q_proj": ("qkv_proj", "q"), "v_proj": ("qkv_proj", "v")}
+    >>> m = WeightsMapper(orig_to_new_stacked=qv, behaviour="new")
+    >>> [(r.first, r.then, r.name) for r in rematch_examples(m)]
+    [('q_proj', 'v_proj', 'x.q_proj.weight')]
+    """
+    if not mapper.orig_to_new_stacked:
+        return []
+    old = WeightsMapper(orig_to_new_stacked=mapper.orig_to_new_stacked, behaviour="old")
+    made = [f"x.{key.strip('.')}.weight" for key in mapper.orig_to_new_stacked if key.strip(".")]
+    pairs: dict[tuple[str, str], Rematch] = {}
+    for name in [*names, *made]:
+        for r in stacked_rematches(old.trace(name)):
+            pairs.setdefault((r.first, r.then), r)
+    return list(pairs.values())

@@ -11,6 +11,8 @@ profile's), so the deep profile multiplies it too.
 """
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +80,24 @@ def hf_clean(tmp_path_factory, quiet_transformers):
     from hf_cases import clean_checkpoints
 
     return clean_checkpoints(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture(scope="session")
+def loadkit_cli():
+    """Runs ``python -m loadkit ARGS`` in a fresh process and returns the ``CompletedProcess``
+    (text output). ``COLUMNS`` is removed from the environment, so help and usage text has one
+    width on every terminal; ``env`` adds or overrides variables."""
+
+    def run(*args, cwd=None, timeout=120, env=None):
+        environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        environ.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "loadkit", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=environ,
+            timeout=timeout,
+        )
+
+    return run

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from repo_paths import NOTEBOOKS
+
 TAG = "define"
 
 

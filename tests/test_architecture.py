@@ -1,7 +1,8 @@
 """The package's rules, checked on its source: what imports what.
 
-- The header-only path (``import loadkit``, the inspection package except ``simulate``, the
-  checkpoint reader, the mapper, the probe's decision) never imports torch.
+- The header-only path (``import loadkit``, the inspection package except ``simulate`` and
+  ``tensor_parallel``, the checkpoint reader, the mapper, the probe's decision) never imports
+  torch.
 - No import cycle among loadkit modules, counting every import: module level, inside functions
   and under ``TYPE_CHECKING`` (a cycle that only type checkers see is still two modules that
   cannot be read apart). One named exception: an observer interface's annotations name what it
@@ -237,6 +238,8 @@ def test_a_handful_of_top_level_modules():
         assert required in packages
 
 
+# The parts of the inspection package that simulate on the meta device, imported only when asked.
+TORCH_PARTS_OF_INSPECTION = ("loadkit.inspection.simulate", "loadkit.inspection.tensor_parallel")
 TORCH_FREE = [
     "loadkit",
     "loadkit.errors",
@@ -251,7 +254,7 @@ TORCH_FREE = [
     *sorted(
         m
         for m in MODULES
-        if m.startswith("loadkit.inspection") and not m.startswith("loadkit.inspection.simulate")
+        if m.startswith("loadkit.inspection") and not m.startswith(TORCH_PARTS_OF_INSPECTION)
     ),
 ]
 
@@ -300,11 +303,13 @@ print(json.dumps({{"status": status, "printed": len(out.getvalue().splitlines())
     assert last["status"] == 0 and last["printed"] > 5 and last["heavy"] == [], last
 
 
-def test_simulate_is_the_inspection_module_that_needs_torch():
-    # The rule's one exception, named in the inspection package's docstring.
-    assert "torch" in {n.split(".")[0] for n in _third_party("loadkit.inspection.simulate")}
+@pytest.mark.parametrize("part", TORCH_PARTS_OF_INSPECTION)
+def test_the_inspection_parts_that_need_torch_are_named(part):
+    # The rule's exceptions, each named in the inspection package's docstring.
+    modules = [m for m in MODULES if m == part or m.startswith(part + ".")]
+    assert any("torch" in {n.split(".")[0] for n in _third_party(m)} for m in modules)
     doc = ast.get_docstring(ast.parse(MODULES["loadkit.inspection"].read_text())) or ""
-    assert "simulate" in doc and "torch" in doc
+    assert f"``{part.rpartition('.')[2]}``" in doc and "torch" in doc
 
 
 def _third_party(name: str) -> set[str]:
@@ -328,10 +333,10 @@ def test_torch_free_modules_do_not_even_mention_it_at_import(module):
     assert not {n for n in names if n == "torch" or n.startswith("torch.")}
 
 
-def _readme_table() -> list[str]:
-    """Module names in the first column of the README's library table."""
-    text = (PACKAGE.parent / "README.md").read_text()
-    section = text.split("## The library", 1)[1].split("\n#", 1)[0]
+def _module_map() -> list[str]:
+    """Module names in the first column of the module map in docs/architecture.md."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    section = text.split("## The module map", 1)[1].split("\n#", 1)[0]
     names = []
     for line in section.splitlines():
         if line.startswith("| `loadkit"):
@@ -340,8 +345,9 @@ def _readme_table() -> list[str]:
     return names
 
 
-def test_the_readme_table_names_every_module_and_only_real_ones():
-    named = _readme_table()
+def test_the_module_map_names_every_module_and_only_real_ones():
+    named = _module_map()
+    assert len(named) > 40  # the section was found
     listed = {n for n in named if not n.endswith(".*")}
     assert sorted(listed - set(MODULES)) == []  # each named module exists
     covered = {m for m in MODULES if m in listed}

@@ -1,4 +1,4 @@
-"""The examples in the library's docstrings run, and the public functions SPEC names have them."""
+"""The examples in the library's docstrings run, and the public API's functions have them."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ MODULES = sorted(
 )
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
-# The public API SPEC names: each has an example; each function also Args and Returns.
-SPEC_NAMED = [
+# The public API: each name has an example; each function also Args and Returns.
+PUBLIC_API = [
     "loadkit.mapper:WeightsMapper",
     "loadkit.mapper:WeightsMapper.map_name",
     "loadkit.mapper:WeightsMapper.map_name_with_shard",
@@ -77,7 +77,7 @@ def test_docstring_examples_run(name, monkeypatch):
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
 
 
-@pytest.mark.parametrize("spec", SPEC_NAMED)
+@pytest.mark.parametrize("spec", PUBLIC_API)
 def test_spec_named_api_is_documented_with_an_example(spec):
     doc = inspect.getdoc(_resolve(spec)) or ""
     assert ">>> " in doc, f"{spec}: no runnable example"

@@ -16,10 +16,11 @@ header in Python objects takes gigabytes. So this module parses the header itsel
   only when someone asks for it.
 
 Memory stays a small multiple of the header (the entries themselves), and every check runs at C
-speed per entry. Deliberate differences from the library, each pinned by a test and listed in the
-README: an entry may not exceed ``MAX_ENTRY_CHARS`` characters of JSON; a shape dimension must fit
-in int64 and an F4 tensor's last dimension must be even (``safetensors.torch.load_file`` fails on
-both after accepting the header); F6 dtypes are refused (the same: torch has no such dtype).
+speed per entry. Deliberate differences from the library, each pinned by a test and listed in
+docs/hostile-input.md: an entry may not exceed ``MAX_ENTRY_CHARS`` characters of JSON; a shape
+dimension must fit in int64 and an F4 tensor's last dimension must be even
+(``safetensors.torch.load_file`` fails on both after accepting the header); F6 dtypes are refused
+(the same: torch has no such dtype).
 
 >>> entries, meta = parse_header('{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}')
 >>> entries

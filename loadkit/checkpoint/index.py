@@ -1,6 +1,6 @@
 """A sharded checkpoint read as far as it can be: every index problem collected, none raised.
 
-``open_checkpoint`` raises at the first inconsistency (SPEC 9). A debugging tool needs all of
+``open_checkpoint`` raises at the first inconsistency. A debugging tool needs all of
 them, each with where the key really is, and whatever can still be read: ``open_lenient`` reads
 every shard it can (the index's and, to find misplaced keys, any other ``*.safetensors`` in the
 folder), keeps the tensors a loader following the index would read, and lists:

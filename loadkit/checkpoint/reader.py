@@ -1,4 +1,4 @@
-"""Opening safetensors checkpoints from their headers alone (SPEC 8, 9).
+"""Opening safetensors checkpoints from their headers alone (docs/hostile-input.md).
 
 ``open_checkpoint`` reads only the 8-byte length and the JSON header of each shard, validates
 them exactly as strictly as the safetensors library does (``loadkit.checkpoint.header``) and
@@ -44,6 +44,8 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "Checkpoint",
     "TensorInfo",
+    "check_header_start",
+    "decode_header",
     "open_checkpoint",
     "read_safetensors_header",
 ]
@@ -92,25 +94,41 @@ def read_safetensors_header(
         raw = bytearray(n)
         view = memoryview(raw)
         got = f.readinto(view[: min(n, 4096)])
-        start = raw[:got].lstrip(b" \t\n\r")[:1]
-        if start and start != b"{":
-            raise HeaderError(file, f"the header is not an object (it starts {bytes(start)!r})")
+        check_header_start(file, raw[:got])
         if got < n:
             got += f.readinto(view[got:]) or 0
         view.release()
     if got != n:
         raise TruncatedCheckpointError(file, f"read {got} of the header's {n} bytes")
+    return decode_header(file, raw, size - 8 - n)
+
+
+def check_header_start(file: str, start: bytes | bytearray) -> None:
+    """Refuse a header whose first bytes show it is not a JSON object (before the rest of a
+    100 MB header is read)."""
+    first = start.lstrip(b" \t\n\r")[:1]
+    if first and first != b"{":
+        raise HeaderError(file, f"the header is not an object (it starts {bytes(first)!r})")
+
+
+def decode_header(
+    file: str, raw: bytearray, data_size: int
+) -> tuple[dict[str, TensorInfo], str | None]:
+    """The tensors (data-offset order) and ``__metadata__`` text of a header's ``raw`` bytes,
+    from a file holding ``data_size`` bytes after it; problems raise errors naming ``file``
+    (a path or a URL). ``raw`` is emptied: a 100 MB header is held once, as text."""
+    n = len(raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HeaderError(
             file, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})"
         ) from None
-    del raw  # the text replaces it: a 100 MB header is held once
+    del raw[:]  # the text replaces it: a 100 MB header is held once
     try:
         entries, metadata = parse_header(text)
         del text
-        ordered = check_layout(entries, size - 8 - n)
+        ordered = check_layout(entries, data_size)
     except TruncatedData as exc:
         raise TruncatedCheckpointError(file, exc.message, exc.key) from None
     except HeaderProblem as exc:

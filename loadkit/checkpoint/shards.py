@@ -150,6 +150,12 @@ def read_index(index: str) -> dict[str, Any]:
     fd = open_regular(index, lambda message: ShardIndexError(index, message))
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_INDEX_BYTES + 1)
+    return parse_index(raw, index)
+
+
+def parse_index(raw: bytes, index: str) -> dict[str, Any]:
+    """An index's bytes (at most ``MAX_INDEX_BYTES``; one more says it is larger) as its JSON
+    object; ``index`` (a path or a URL) names it in every ``ShardIndexError``."""
     if len(raw) > MAX_INDEX_BYTES:
         raise ShardIndexError(index, f"index is larger than loadkit's limit of {MAX_INDEX_BYTES} B")
     try:

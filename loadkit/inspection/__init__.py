@@ -2,8 +2,8 @@
 
 Torch-free, so that a header-only inspect of a 100 GB checkpoint starts in milliseconds:
 ``summary`` and ``records`` (what a report holds), ``render`` (its text), ``layout`` (the prefix
-tree of names), ``inspector`` (``inspect_checkpoint``) and ``cli``. The one exception is
-``simulate``, the load simulated on the meta device, which imports torch and is imported only
-when ``--model`` is given.
+tree of names), ``inspector`` (``inspect_checkpoint``) and ``cli``. The two exceptions import
+torch and are imported only when asked for: ``simulate``, the load simulated on the meta device
+(``--model``), and ``tensor_parallel``, every rank's share simulated likewise (``--tp``).
 ``tests/test_architecture.py`` enforces the rule.
 """

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import argparse
 
 # ``inspect PATH``, the common call, as ``loadkit.inspection.arguments`` parses it: read without
-# building the parser (tests/test_cli.py holds the two equal).
+# building the parser (tests/inspection/test_cli.py holds the two equal).
 _PLAIN_DEFAULTS = {
     "command": "inspect", "model": None, "mapper": None, "model_args": (), "tp": None,
     "limit": 20, "debug": False, "skip_prefixes": (), "ignore_unexpected_prefixes": (),

@@ -1,9 +1,13 @@
 """The report's suggested fix: mapper rules inferred from the leftovers, proven by a second load.
 
-``suggest.infer_rules`` proposes rules from the pairs of unused keys and missing tensors; here the
-rules are added to the mapper the model loads with and the load is simulated again (the caller's
-``retry``). Only rules that leave fewer problems are reported, with the verdict they lead to.
-Torch-free: the retry is the caller's.
+``suggest.find_shifts`` recognises numbered siblings the checkpoint numbers off by a constant (a
+regex rule per number expresses the shift); ``suggest.infer_rules`` proposes rules from the pairs
+of unused keys and missing tensors. Here the rules are added to the mapper the model loads with
+and the load is simulated again (the caller's ``retry``). A rule that would move numbered
+siblings unevenly (checkpoint layer 6 into model layer 0 while layers 1-5 keep their numbers) is
+never offered, whatever the names say. Only rules that leave fewer problems are reported, and
+they are *proven* only when the second load is clean, every shape matches and no sibling moved
+unevenly. Torch-free: the retry is the caller's.
 """
 
 from __future__ import annotations
@@ -11,11 +15,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadkit.inspection.records import LoadReport
-from loadkit.inspection.suggest import Rule, Suggestion, infer_rules, mapper_json
+from loadkit.inspection.suggest import (
+    Renumbering,
+    Rule,
+    Shift,
+    Suggestion,
+    find_shifts,
+    infer_rules,
+    mapper_json,
+    renumberings,
+)
 
 if TYPE_CHECKING:
     from loadkit.mapper import WeightsMapper
@@ -31,6 +44,14 @@ class SuggestedFix:
     mapper: dict[str, Any]  # the whole --mapper: the model's own rules plus the new ones
     complete: bool  # False: the model's own rules could not be written as JSON (only new ones)
     result: LoadReport  # the load simulated again with ``mapper``
+    shifts: list[Shift] = field(default_factory=list)  # renumbered siblings, said in words
+    rejected: list[tuple[Rule, str]] = field(default_factory=list)  # rules not offered, and why
+    scrambled: list[Renumbering] = field(default_factory=list)  # left after the rules: unproven
+
+    @property
+    def proven(self) -> bool:
+        """The second load is clean, every shape matches and no numbered sibling moved unevenly."""
+        return self.result.clean and not self.result.shape_mismatches and not self.scrambled
 
     @property
     def rules(self) -> list[Rule]:
@@ -61,8 +82,23 @@ class SuggestedFix:
                 }
                 for s in self.suggestions
             ],
+            "shifts": [
+                {
+                    "context": sh.context,
+                    "checkpoint_numbers": list(sh.numbers),
+                    "by": sh.by,
+                    "words": sh.words(),
+                    "rules_why_not": sh.why_no_rules,
+                }
+                for sh in self.shifts
+            ],
+            "rejected": [
+                {"stage": r.stage, "old": r.old, "new": r.new, "why": why}
+                for r, why in self.rejected
+            ],
             "mapper": self.mapper,
             "mapper_complete": self.complete,
+            "proven": self.proven,
             "clean": self.result.clean,
             "problems": self.result.problems(),
         }
@@ -106,6 +142,37 @@ def _problem_count(load: LoadReport) -> int:
     )
 
 
+def _looked_up(load: LoadReport) -> dict[str, str]:
+    """Checkpoint key -> the name the model was asked for."""
+    unexpected = {u.name: u.looked_up for u in load.unexpected}
+    return {k.name: unexpected.get(k.name, k.mapped or k.name) for k in load.keys}
+
+
+def _shift_suggestions(shift: Shift, looked_up: dict[str, str]) -> list[Suggestion]:
+    out = []
+    depth = len(shift.context.split(".")) if shift.context else 0
+    by_number: dict[int, list[tuple[str, str]]] = {}
+    for name in looked_up.values():
+        if not name.startswith(shift.context + "." if shift.context else ""):
+            continue
+        parts = name.split(".")
+        n = int(parts[depth])
+        parts[depth] = str(n + shift.by)
+        by_number.setdefault(n, []).append((name, ".".join(parts)))
+    for rule in shift.rules():
+        n = int(rule.new.rpartition(".")[2]) - shift.by
+        out.append(Suggestion(rule, by_number.get(n, [])))
+    return out
+
+
+def _culprits(rules: list[Rule], before: dict[str, str], scrambled: list[Renumbering]) -> set[Rule]:
+    """The rules that fire on a key whose number moved unevenly."""
+    keys = {k for r in scrambled for k in r.keys}
+    return {
+        rule for rule in rules for k in keys if rule.apply(before.get(k, k)) != before.get(k, k)
+    }
+
+
 def suggest_fix(
     load: LoadReport,
     used: WeightsMapper | None,
@@ -117,21 +184,41 @@ def suggest_fix(
     Returns ``None`` when no rule explains two or more pairs, or when the rules do not leave
     fewer problems than ``load`` has.
     """
-    unexpected = {u.name: u.looked_up for u in load.unexpected}
-    looked_up = {k.name: unexpected.get(k.name, k.mapped or k.name) for k in load.keys}
-    pairs = [(looked_up[m.suggestions[0]], m.name) for m in load.missing if m.suggestions]
-    suggestions = infer_rules(pairs)
-    if not suggestions:
-        return None
     from loadkit.mapper import WeightsMapper
 
-    new = mapper_json({}, [s.rule for s in suggestions])
-    added = WeightsMapper.from_json(new)
-    # `|` appends each stage's new rules after the model's own: they see the names those left.
-    result = retry(added if used is None else used | added)
-    if _problem_count(result) >= _problem_count(load):
+    looked_up = _looked_up(load)
+    model_names = [k.target for k in load.keys if k.status == "loaded" and k.target]
+    model_names += [m.name for m in load.missing]
+    shifts = find_shifts(looked_up, model_names)
+    shifted = tuple(s.context + "." for s in shifts)
+    suggestions = [x for s in shifts for x in _shift_suggestions(s, looked_up)]
+    pairs = [
+        (looked_up[m.suggestions[0]], m.name)
+        for m in load.missing
+        if m.suggestions and not m.name.startswith(shifted)
+    ]
+    suggestions += [s for s in infer_rules(pairs) if not s.pairs[0][0].startswith(shifted)]
+    if not suggestions:  # a shift the mapper cannot express: said in words, no flag
+        return SuggestedFix([], {}, True, load, shifts) if shifts else None
+    rejected: list[tuple[Rule, str]] = []
+    while True:
+        rules = [s.rule for s in suggestions]
+        new = mapper_json({}, rules)
+        added = WeightsMapper.from_json(new)
+        # `|` appends each stage's new rules after the model's own: they see the names those left.
+        result = retry(added if used is None else used | added)
+        scrambled = renumberings(looked_up, _looked_up(result))
+        culprits = _culprits(rules, looked_up, scrambled) if scrambled else set()
+        if not culprits:
+            break
+        rejected += [(r, s.words()) for r in rules if r in culprits for s in scrambled[:1]]
+        suggestions = [s for s in suggestions if s.rule not in culprits]
+        if not suggestions:
+            return None
+    if not suggestions or _problem_count(result) >= _problem_count(load):
         return None
     base = mapper_as_json(used)
     if base is None:
-        return SuggestedFix(suggestions, new, False, result)
-    return SuggestedFix(suggestions, mapper_json(base, [s.rule for s in suggestions]), True, result)
+        return SuggestedFix(suggestions, new, False, result, shifts, rejected, scrambled)
+    whole = mapper_json(base, rules)
+    return SuggestedFix(suggestions, whole, True, result, shifts, rejected, scrambled)

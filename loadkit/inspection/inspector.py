@@ -20,8 +20,9 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from loadkit.checkpoint.index import IndexProblem, open_lenient
-from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
+from loadkit.checkpoint.index import IndexProblem
+from loadkit.checkpoint.reader import Checkpoint
+from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError, MapperConfigError, printable
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.options import LoadRules, pattern_problem
@@ -36,15 +37,15 @@ if TYPE_CHECKING:
 
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
-    from loadkit.parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
 # The mapper and the probe are imported where used: a plain layout report needs neither, and
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 # For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
-SCHEMA_VERSION = 2  # README: "The --json document" says what each version added
+SCHEMA_VERSION = 2  # docs/inspect.md, "The --json document", says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 
@@ -163,7 +164,7 @@ class InspectReport:
 
 
 def summarize_checkpoint(
-    ck: Checkpoint, problems: list[IndexProblem] | None = None
+    ck: Checkpoint, problems: list[IndexProblem] | None = None, source: Source | None = None
 ) -> CheckpointSummary:
     per_file: dict[str, list[int]] = {f: [0, 0] for f in ck.files}
     dtypes: dict[str, list[int]] = {}
@@ -181,6 +182,7 @@ def summarize_checkpoint(
         ck.total_bytes,
         {k: (n, b) for k, (n, b) in sorted(dtypes.items())},
         list(problems or []),
+        source,
     )
 
 
@@ -288,11 +290,14 @@ def inspect_checkpoint(
     probe: bool | None = None,
     suggest: bool = True,
     tp: int | None = None,
+    timeout: float | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
     Args:
-        checkpoint: what to inspect; only headers are read.
+        checkpoint: what to inspect; only headers are read. Also a Hugging Face repo id
+            (``org/name[@revision]``, from the local cache) or an ``http(s)://`` URL of a
+            ``.safetensors`` file or an index (read with Range requests).
         model: a built-in name (``loadkit.models.registry.BUILTIN``), a
             ``"package.module:callable"`` spec, a callable (called with no argument, or with the
             checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
@@ -306,6 +311,7 @@ def inspect_checkpoint(
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
+        timeout: seconds each request to a remote checkpoint may take.
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -323,14 +329,13 @@ def inspect_checkpoint(
         if problem is not None:
             raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
     problems: list[IndexProblem] = []
+    named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint
-    elif os.path.isdir(checkpoint):  # every index problem collected; the rest still read
-        ck, problems = open_lenient(checkpoint)
-    else:
-        ck = open_checkpoint(checkpoint)
+    else:  # a path (a folder: every index problem collected), a repo id, a URL
+        ck, problems, named = open_source(checkpoint, timeout=timeout)
     infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck, problems))
+    report = InspectReport(summarize_checkpoint(ck, problems, named))
     user_mapper = None if mapper is None else parse_mapper(mapper)
     names = [t.name for t in infos]
     if model is None:
@@ -345,7 +350,7 @@ def inspect_checkpoint(
     from loadkit.models.registry import build_model
     from loadkit.pooling.probe import probe_verdict
 
-    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck.path)
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
     from loadkit.inspection.simulate import dry_load, model_summary
 
     if user_mapper is not None:
@@ -402,13 +407,13 @@ def inspect_checkpoint(
     if tp is not None:
         from torch import nn as _nn
 
-        from loadkit.parallel.plan import tp_report
+        from loadkit.inspection.tensor_parallel.plan import tp_report
 
         if isinstance(model, _nn.Module):
             raise LoadkitError(
                 "tp needs a model name, spec or callable: a built module cannot be rebuilt "
                 "for each rank's share"
             )
-        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck.path)[0]  # noqa: E731
+        build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck)[0]  # noqa: E731
         report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report

@@ -16,11 +16,12 @@ TYPE_CHECKING = False  # typing's, without importing typing (see loadkit.checkpo
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
+    from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
-    from loadkit.parallel.plan import TPReport
+    from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
     # Only for type checkers: a Protocol at run time would import typing.
@@ -55,16 +56,41 @@ def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> li
     return out
 
 
+def _source(source: Source | None) -> list[str]:
+    """The lines saying what a repo id resolved to, or what reading a URL's headers cost."""
+    if source is None or source.kind == "path":
+        return []
+    if source.snapshot is not None:
+        s = source.snapshot
+        lines = [
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, revision "
+            f"{printable(s.revision)}, commit {s.commit}"
+        ]
+        if s.note:
+            lines.append(f"    ({printable(s.note)})")
+        if s.lacks:
+            lines.append(f"    the snapshot lacks {_names(list(s.lacks))} (an incomplete download)")
+        return lines
+    f = source.fetched
+    assert f is not None
+    share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
+    return [
+        f"  read header-only over HTTP: {f.requests} requests fetched {f.bytes} bytes "
+        f"({format_bytes(f.bytes)}) of the {format_bytes(f.size)} it names{share}"
+    ]
+
+
 def _checkpoint(r: Report) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
         f"checkpoint  {printable(c.path)}",
+        *_source(c.source),
         f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
         "  dtypes  "
         + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
     ]
-    if len(c.files) > 1 or os.path.isdir(c.path):
+    if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
         rows = [
             (printable(os.path.basename(s.file)), f"{s.tensors:>6} tensors", format_bytes(s.nbytes))
@@ -136,28 +162,56 @@ def _verdict(v: ProbeVerdict) -> str:
     return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
 
 
+def _plural(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 tensor``, ``2 tensors``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     n = len(fix.suggestions)
     these = "this rule" if n == 1 else "these rules"
-    lines = [
-        f"suggested fix  ({n} mapper rule{'s' if n != 1 else ''} explain{'s' if n == 1 else ''} "
-        f"{fix.explains} renamed key{'s' if fix.explains != 1 else ''}; the load was simulated "
-        f"again with {these})"
-    ]
-    for s in fix.suggestions[:limit]:
-        key, tensor = s.pairs[0]
+    if n:
+        lines = [
+            f"suggested fix  ({_plural(n, 'mapper rule')} explain{'s' if n == 1 else ''} "
+            f"{_plural(fix.explains, 'renamed key')}; the load was simulated again with {these})"
+        ]
+    else:
+        lines = ["suggested fix  (in words: no mapper rule can express it)"]
+    for sh in fix.shifts:
+        lines.append(f"  {printable(sh.words())}")
+        why = sh.why_no_rules
         lines.append(
-            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {len(s.pairs)} keys, "
-            f"e.g. {printable(key)} -> {printable(tensor)}"
+            f"    {_plural(len(sh.numbers), 'regex rule')}, one per number"
+            if why is None
+            else f"    no rule: {why}"
         )
+    rows = []
+    for s in fix.suggestions:
+        key, tensor = s.pairs[0] if s.pairs else ("", "")
+        example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
+        rows.append(
+            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {_plural(len(s.pairs), 'key')}"
+            f"{example}"
+        )
+    lines += _capped(rows, len(rows), limit, "  ")
+    for rule, why in fix.rejected:
+        lines.append(f"  not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}")
+    if not n:
+        return lines
     lines.append(f"  {fix.flag}")
     if not fix.complete:
         lines.append(
             "  (the model's own mapper has rules JSON cannot hold: add these rules to it; "
             "the flag alone would replace it)"
         )
-    if fix.result.clean:
+    if fix.proven:
         lines.append(f"  would load cleanly with {these}")
+        lines.append(
+            "  (proven: the second load is clean, every shape matches, numbered siblings keep "
+            "their places)"
+        )
+    elif fix.scrambled:
+        lines.append(f"  NOT proven: {'; '.join(printable(r.words()) for r in fix.scrambled)}")
     else:
         lines.append(f"  with {these} it would still NOT load: {_problems(fix.result.problems())}")
     return lines
@@ -331,7 +385,7 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines.append(f"verdict: would load cleanly{where} (exit 0)")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
-        if r.fix is not None and r.fix.result.clean:
+        if r.fix is not None and r.fix.proven:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return "\n".join(lines)
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from loadkit.checkpoint.index import IndexProblem
     from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.checkpoint.sources import Source
 
 
 class ShardSummary(Record):
@@ -31,6 +32,7 @@ class CheckpointSummary(Record):
     total_bytes: int
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
     problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
+    source: Source | None = None  # what the argument named: a path, a repo id, a URL
 
     @property
     def failing(self) -> list[IndexProblem]:
@@ -57,6 +59,7 @@ class CheckpointSummary(Record):
                 for t in self.tensors
             ],
             "problems": [p.as_dict() for p in self.problems],
+            "source": self.source.as_dict() if self.source else None,
         }
 
 

@@ -1,4 +1,4 @@
-"""``AutoWeightsLoader``: recursive loading by the module tree (SPEC 3).
+"""``AutoWeightsLoader``: recursive loading by the module tree.
 
 The stream is walked by the first name component. Runs of consecutive names with the same first
 component form a group; a child module with its own ``load_weights`` receives its group with the
@@ -46,7 +46,7 @@ def _qualname(prefix: str, rest: str) -> str:
 
 
 class AutoWeightsLoader:
-    """Loads a checkpoint stream into ``module`` by walking its module tree (SPEC 3).
+    """Loads a checkpoint stream into ``module`` by walking its module tree.
 
     Args:
         module: the root module.

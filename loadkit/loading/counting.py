@@ -1,4 +1,4 @@
-"""Counting copies and clones with torch dispatch modes (SPEC 5).
+"""Counting copies and clones with torch dispatch modes.
 
 A dispatch mode sees every ``aten`` call below the autograd layer on any device, meta included,
 so nothing has to be monkeypatched and ``param.data.copy_`` is seen like ``param.copy_``.

@@ -1,4 +1,4 @@
-"""The per-parameter loaders (SPEC 2).
+"""The per-parameter loaders.
 
 Every loader takes the parameter first, named ``param``, and the checkpoint tensor second: the
 layerwise reload finds the destination by that name when it counts and replays loads.

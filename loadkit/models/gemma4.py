@@ -1,4 +1,4 @@
-"""A Gemma4-like model: the checkpoint layout the pooling probe never matched (SPEC 7).
+"""A Gemma4-like model: the checkpoint layout the pooling probe never matched.
 
 The checkpoint stores the text model under ``model.language_model.*``; the model holds it under
 ``language_model.model.*``. Names meet only through the model's ``hf_to_vllm_mapper``, which is
@@ -44,10 +44,10 @@ TEXT_CKPT = "model.language_model."
 TEXT_PARAM = "language_model.model."
 TOWERS = ("vision_tower", "audio_tower")
 
-# SPEC 7, to the letter: the only rule a text-only Gemma4-like model needs.
+# The only rule a text-only Gemma4-like model needs.
 GEMMA4_MAPPER = WeightsMapper(orig_to_new_prefix={TEXT_CKPT: TEXT_PARAM})
 
-# Packing q/k/v and gate/up. Substring rules run in dict order and chain (SPEC 1), so order
+# Packing q/k/v and gate/up. Substring rules run in dict order and chain, so order
 # matters: "qkv_proj" contains "v_proj" and "gate_up_proj" contains "up_proj", hence v_proj and
 # up_proj come first. The same fact makes these rules unsafe to apply twice: a second pass turns
 # "qkv_proj" into "qkqkv_proj" (one of the two reasons the pooling probe forwards unmapped names).
@@ -439,7 +439,7 @@ class _EncoderBlock(nn.Module):
 
 
 def hf_to_vllm_mapper_for(config: Gemma4Config) -> WeightsMapper:
-    """The model's ``hf_to_vllm_mapper``: SPEC 7's rule, plus towers and packing if configured."""
+    """The model's ``hf_to_vllm_mapper``: the prefix rule, plus towers and packing if configured."""
     extra = {f"model.{tower}.": f"{tower}." for tower, *_ in config.towers()}
     mapper = GEMMA4_MAPPER | WeightsMapper(orig_to_new_prefix=extra) if extra else GEMMA4_MAPPER
     return mapper | PACKING_MAPPER if config.packing_in_mapper else mapper
@@ -451,7 +451,7 @@ def load_mapper(config: Gemma4Config) -> WeightsMapper:
 
 
 class Gemma4ForConditionalGeneration(nn.Module):
-    """Parameters ``language_model.model.*``; checkpoint keys ``model.language_model.*`` (SPEC 7).
+    """Parameters ``language_model.model.*``; checkpoint keys ``model.language_model.*``.
 
     ``hf_to_vllm_mapper`` maps the one to the other (the pooling probe reads it); q/k/v and
     gate/up load into packed parameters.

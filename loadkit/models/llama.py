@@ -1,4 +1,4 @@
-"""A Llama/Qwen-like GQA model built from vLLM's tensor-parallel layers (SPEC 12).
+"""A Llama/Qwen-like GQA model built from vLLM's tensor-parallel layers.
 
 The layout is Qwen3's (which is Llama's plus a per-head RMSNorm on q and k): checkpoint keys
 ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight`` (and biases with ``attention_bias``),
@@ -39,7 +39,7 @@ from loadkit.parallel.linear import (
     RowParallelLinear,
 )
 from loadkit.parallel.state import get_tp_group
-from loadkit.parallel.vocab import (
+from loadkit.parallel.vocab_parallel_embedding import (
     DEFAULT_VOCAB_PADDING_SIZE,
     ParallelLMHead,
     VocabParallelEmbedding,

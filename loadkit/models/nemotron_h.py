@@ -1,4 +1,4 @@
-"""A NemotronH-like hybrid model: Mamba2 mixers, attention and MLP layers (SPEC 7).
+"""A NemotronH-like hybrid model: Mamba2 mixers, attention and MLP layers.
 
 Parameter names follow upstream vLLM's ``NemotronHForCausalLM``; checkpoint names follow the
 Hugging Face checkpoints (``backbone.*``, ``A_log``, ``embeddings``, separate ``q/k/v_proj``) and
@@ -236,7 +236,7 @@ class NemotronHModel(nn.Module):
 
 
 class NemotronHForCausalLM(nn.Module):
-    """The model; ``load_weights`` takes Hugging Face checkpoint names (SPEC 7).
+    """The model; ``load_weights`` takes Hugging Face checkpoint names.
 
     Each mamba mixer's ``A`` loads from ``A_log`` through ``composed_weight_loader`` (as
     ``-exp``), and its ``A``, ``dt_bias`` and ``D`` have equal sizes; q/k/v pack into ``qkv_proj``.

@@ -1,4 +1,4 @@
-"""A Plamo2-like hybrid model and its loader before and after vLLM #41699 (SPEC 7).
+"""A Plamo2-like hybrid model and its loader before and after vLLM #41699 (docs/api.md, bug 2).
 
 Upstream moved Plamo2's hand-written loader from ``Plamo2ForCausalLM`` into ``Plamo2Model`` and
 let ``AutoWeightsLoader`` delegate to it. The move strips ``model.`` from every name the loader
@@ -297,7 +297,7 @@ def convert(
         step.reordered = True
     for key, offset in LAYER_NORM_OFFSETS:
         if key in name:
-            weight += offset  # in place: upstream mutates the tensor it was handed (SPEC 2)
+            weight += offset  # in place: upstream mutates the tensor it was handed
             step.offset = offset
             break
     else:
@@ -392,7 +392,7 @@ class Plamo2ForCausalLM(nn.Module):
         self.load_trace: list[NameStep] = []  # the old loader's steps (the new one's are inner)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str] | None:
-        """Load checkpoint-named weights (SPEC 7), the way ``self.behaviour`` says.
+        """Load checkpoint-named weights, the way ``self.behaviour`` says.
 
         Args:
             weights: ``(checkpoint name, tensor)`` pairs, e.g. ``open_checkpoint(p).weights()``.

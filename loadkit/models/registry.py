@@ -24,7 +24,7 @@ from loadkit.errors import LoadkitError, ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "plamo2": "loadkit.models.plamo2:Plamo2ForCausalLM",
     "nemotron-h": "loadkit.models.nemotron_h:NemotronHForCausalLM",
     "llama-like": "loadkit.models.llama:LlamaForCausalLM",
+    "vision-tower": "loadkit.models.vision_tower:VisionTower",
 }
 
 
@@ -190,11 +191,12 @@ def build_model(
     tensors: Mapping[str, TensorInfo],
     model_args: Mapping[str, Any] | None = None,
     *,
-    checkpoint: str | None = None,
+    checkpoint: str | Checkpoint | None = None,
 ) -> tuple[nn.Module, str]:
     """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
-    to ``checkpoint`` or at the spec's path), a ``module:callable`` spec, a callable or a module.
-    A callable taking one argument gets the checkpoint's ``tensors`` to size itself;
+    to ``checkpoint``, a path or an opened checkpoint, or at the spec's path), a
+    ``module:callable`` spec, a callable or a module. A callable taking one argument gets the
+    checkpoint's ``tensors`` to size itself;
     ``model_args`` are passed to a callable as keyword arguments (``--model-arg key=value``)."""
     kwargs = dict(model_args or {})
     if not isinstance(spec, str):

@@ -1,9 +1,10 @@
-"""Tensor parallelism: vLLM's parallel layers, their weight loaders, and real multi-process runs.
+"""Tensor parallelism: vLLM's parallel layers and their weight loaders.
 
-``state`` (the process group), ``linear`` and ``vocab`` (the layers), ``param_loaders`` (where a
-rank narrows a checkpoint tensor), ``holdings`` (which checkpoint rows each parameter got),
-``share`` (one rank's share on the meta device, no processes), ``launcher`` (``tp`` real
-processes on ``torch.distributed``).
+``state`` (the process group), ``linear`` and ``vocab_parallel_embedding`` (the layers, in
+modules named as vLLM's), ``param_loaders`` (where a rank narrows a checkpoint tensor),
+``holdings`` (which checkpoint rows each parameter got, read from the copies the loaders make).
+Running ``tp`` real processes is ``loadkit.executor``'s job; one rank's share on the meta device,
+for ``inspect --tp``, is ``loadkit.inspection.tensor_parallel``'s.
 """
 
 from loadkit.parallel.linear import (
@@ -23,7 +24,7 @@ from loadkit.parallel.state import (
     simulated_group,
     use_group,
 )
-from loadkit.parallel.vocab import (
+from loadkit.parallel.vocab_parallel_embedding import (
     ParallelLMHead,
     VocabParallelEmbedding,
     pad_vocab_size,

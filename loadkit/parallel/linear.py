@@ -1,4 +1,4 @@
-"""vLLM's tensor-parallel linear layers and their ``weight_loader``s (SPEC 12).
+"""vLLM's tensor-parallel linear layers and their ``weight_loader``s (docs/api.md, bug 4).
 
 Each layer is built inside ``use_group(group)`` and sizes its parameters for that group's rank:
 

@@ -56,7 +56,7 @@ class TPGroup:
             raise TensorParallelError(
                 f"{what} needs the other {self.world_size - 1} ranks, but this group is simulated "
                 f"(rank {self.rank} of {self.world_size}, no processes): run it with "
-                "loadkit.parallel.launcher.run_tensor_parallel"
+                "loadkit.executor.launcher.run_tensor_parallel"
             )
         return True
 

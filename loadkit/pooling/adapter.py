@@ -1,4 +1,4 @@
-"""The pooling adapter and its checkpoint-prefix probe (SPEC 4).
+"""The pooling adapter and its checkpoint-prefix probe (docs/api.md, bug 1).
 
 ``as_pooling_model(cls)`` turns a generative model class into a pooling one. Its loader must
 accept checkpoints saved from ``*ForCausalLM`` (names as the model has them) and from ``*Model``
@@ -81,7 +81,7 @@ def as_pooling_model(
     """A subclass of ``cls`` (same constructor) whose ``load_weights`` probes the prefix.
 
     ``behaviour``: ``"old"`` probes raw checkpoint names, ``"new"`` names as the model's
-    ``hf_to_vllm_mapper`` maps them (SPEC 4). The two other knobs reproduce rejected designs for
+    ``hf_to_vllm_mapper`` maps them. The two other knobs reproduce rejected designs for
     teaching: ``clone=False`` holds the walked weights without cloning them (what buffer-reusing
     iterators corrupt); ``forward="mapped"`` maps the stream with ``hf_to_vllm_mapper`` before
     the probe and forwards mapped names (the parent maps them again, and the clones lose the

@@ -1,4 +1,4 @@
-"""The pooling adapter's checkpoint-prefix probe, as a decision over names (SPEC 4, step 2).
+"""The pooling adapter's checkpoint-prefix probe, as a decision over names (docs/api.md, bug 1).
 
 The pooling adapter must know whether a checkpoint was saved from ``*ForCausalLM`` (names start
 with ``model.``) or from ``*Model`` (no prefix). It walks the stream until one name, with a

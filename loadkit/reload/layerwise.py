@@ -1,4 +1,4 @@
-"""Layerwise reload: new weights into a running model, one layer at a time (SPEC 6).
+"""Layerwise reload: new weights into a running model, one layer at a time (docs/api.md, bug 3).
 
 Online reload exists for reinforcement learning: the trainer sends fresh weights to an inference
 engine that keeps running, and the engine's tensors must keep their storage (captured CUDA graphs

@@ -3,6 +3,8 @@
 The command comes from the Makefile itself (`make -n lab`), so the browser tests follow the lab
 command if it changes. Only what a test needs is added: no browser, no token, a free loopback port.
 Every folder Jupyter and IPython write to lives under the given home, never in the user's.
+The server runs under ``lab_guard.py``, which ends it and its kernels when the test process ends,
+however it ends (a SIGKILLed pytest included).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +24,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
+GUARD = Path(__file__).resolve().parent / "lab_guard.py"
 
 
 def make_lab_command(repo: Path = REPO) -> list[str]:
@@ -127,7 +131,7 @@ class LabServer:
                 log.write(f"$ {shlex.join(self.argv)}\n".encode())
                 log.flush()
                 self.proc = subprocess.Popen(
-                    self.argv,
+                    [sys.executable, str(GUARD), "--parent", str(os.getpid()), "--", *self.argv],
                     cwd=self.repo,
                     env=env,
                     stdout=log,
@@ -155,21 +159,24 @@ class LabServer:
         return False
 
     def stop(self) -> None:
-        """SIGTERM to the server's PID (it shuts its kernels down), then reap what is left."""
+        """SIGTERM to the guard: it stops the server (which shuts its kernels down), then kills
+        whatever of theirs is left, and exits."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            children = []
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=40)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        # Kernels run in sessions of their own: any the server failed to stop, stop by PID.
-        _, alive = psutil.wait_procs(children, timeout=5)
-        for child in alive:
-            child.kill()
+
+    def pids(self) -> list[int]:
+        """The guard's, the server's and its kernels' process ids (for the clean-up tests)."""
+        if self.proc is None:
+            return []
+        try:
+            guard = psutil.Process(self.proc.pid)
+            return [guard.pid] + [p.pid for p in guard.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []

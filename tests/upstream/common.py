@@ -3,10 +3,10 @@ their differences, and the tally.
 
 A property builds the same case twice, once from upstream's definitions and once from loadkit's,
 runs both, and lists every difference it sees. A difference either matches one of the deviations
-in ``DEVIATIONS`` (each is a row of the README table and is pinned by a test in
-``test_deviations.py``), checked by a classifier for exactly that situation, or it is unexplained:
-then the example fails (unless ``LOADKIT_UPSTREAM_CENSUS=1``, which only counts, to measure how
-far apart the two are).
+in ``DEVIATIONS`` (each is a row of the table in docs/fidelity.md and is pinned by a test in
+``test_deviations.py``), checked by a classifier for exactly that situation, or it is
+unexplained: then the example fails (unless ``LOADKIT_UPSTREAM_CENSUS=1``, which only counts,
+to measure how far apart the two are).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CENSUS = os.environ.get("LOADKIT_UPSTREAM_CENSUS") == "1"
 # Every property runs this many examples, derandomized (the tests/conftest.py profile).
 PROPERTY = settings(max_examples=EXAMPLES, deadline=None, database=None)
 
-# Each deliberate deviation: a short id -> the README row's first column.
+# Each deliberate deviation: a short id -> its row in docs/fidelity.md, in short.
 DEVIATIONS = {
     "caller-lists": "the caller's skip/ignore lists are never changed",
     "errors": "errors are loadkit.errors ValueErrors naming parameter, key and shapes",

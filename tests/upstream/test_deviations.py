@@ -1,4 +1,4 @@
-"""Each row of the README table "Where loadkit deviates from vLLM 0.28.0, and why", shown.
+"""Each row of docs/fidelity.md's table "Where loadkit deviates from vLLM 0.28.0, and why", shown.
 
 Every test runs the same input through upstream's code and loadkit's and asserts both sides of
 the difference, so a row whose difference disappears (either side changed) fails here.

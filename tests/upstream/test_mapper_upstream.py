@@ -8,6 +8,8 @@ import regex
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from stacked_cases import names as stacked_names
+from stacked_cases import overlapping_rules
 from transformers.core_model_loading import WeightRenaming
 
 from upstream.common import PROPERTY, Difference, loadkit_side, rare, record, run
@@ -105,6 +107,8 @@ def mapper_rules(draw):
     }
 
 
+NO_RULES = {f"orig_to_new_{s}": {} for s in ("regex", "substr", "stacked", "prefix", "suffix")}
+
 # --- which differences are the documented ones ---------------------------------------------------
 
 
@@ -188,10 +192,10 @@ def compare_mappers(up_m, lk_m, rules, names_) -> list[Difference]:
     return diffs
 
 
-def _check(up, rules, names_, prop):
+def _check(up, rules, names_, prop, behaviour="old"):
     lk = loadkit_side()
     up_m = up.WeightsMapper(**rules)
-    built = run(lambda: lk.WeightsMapper(**rules))
+    built = run(lambda: lk.WeightsMapper(**rules, behaviour=behaviour))
     if built.raised:
         dev = build_deviation(rules)
         from loadkit.errors import MapperConfigError
@@ -227,3 +231,66 @@ def test_merged_mapper_maps_like_upstream(up, a, b, names_):
         record(prop, [Difference(f"loadkit refused at build: {built.error}", dev if ok else None)])
         return
     record(prop, compare_mappers(up_m, built.value, merged_rules, names_))
+
+
+# --- the stacked stage (bug 5): loadkit's "old" is vLLM 0.28.0's --------------------------------
+
+
+@PROPERTY
+@given(rules=overlapping_rules(), names_=st.lists(stacked_names, min_size=1, max_size=6))
+def test_stacked_stage_old_maps_like_upstream(up, rules, names_):
+    lk_m = loadkit_side().WeightsMapper(orig_to_new_stacked=rules, behaviour="old")
+    up_m = up.WeightsMapper(orig_to_new_stacked=rules)
+    record(
+        "mapper: stacked stage, old",
+        compare_mappers(up_m, lk_m, {**NO_RULES, "orig_to_new_stacked": rules}, names_),
+    )
+
+
+@PROPERTY
+@given(rules=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
+def test_other_stages_under_new_map_like_upstream(up, rules, names_):
+    """Only the stacked stage depends on behaviour: without stacked rules, "new" is upstream."""
+    rules = {**rules, "orig_to_new_stacked": {}}
+    _check(up, rules, names_, "mapper: other stages, new", behaviour="new")
+
+
+def test_vllm_0_28_0_still_rematches_its_own_output(up):
+    """The wheel's own stage: q_proj -> qkv_proj, then v_proj inside it (vLLM #48423, #48449)."""
+    rules = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v")}
+    m = up.WeightsMapper(orig_to_new_stacked=rules)
+    key = "vision.layers.0.self_attn.{}.weight"
+    assert m._map_name_with_shard(key.format("q_proj")) == (key.format("qkqkv_proj"), "v")
+    assert m._map_name_with_shard(key.format("k_proj")) == (key.format("qkqkv_proj"), "v")
+    assert m._map_name_with_shard(key.format("qkv_proj")) == (key.format("qkqkv_proj"), "v")
+    new = loadkit_side().WeightsMapper(orig_to_new_stacked=rules, behaviour="new")
+    assert new.map_name_with_shard(key.format("q_proj")) == (key.format("qkv_proj"), "q")
+
+
+def test_vision_tower_checkpoint_fails_in_vllm_0_28_0_and_loads_with_new(up):
+    """The committed vision tower through upstream's own AutoWeightsLoader and WeightsMapper:
+    the load fails on qkqkv_proj as loadkit's old stage does; with loadkit's new mapper's names
+    and shard ids, upstream's loader fills every parameter with the checkpoint's values."""
+    from loadkit import open_checkpoint
+    from loadkit.models import vision_tower as vt
+
+    ck = open_checkpoint(vt.DATA_CHECKPOINT)
+    config = vt.config_from_checkpoint(ck.tensors)
+    model = vt.VisionTower(config)
+    mapper = up.WeightsMapper(orig_to_new_stacked=vt.QKV_RULES)
+    try:
+        up.AutoWeightsLoader(model).load_weights(ck.weights(), mapper=mapper)
+    except ValueError as exc:
+        assert str(exc).startswith(
+            "There is no module or parameter named "
+            "'vision_model.encoder.layers.0.self_attn.qkqkv_proj' in VisionTower"
+        ), exc
+    else:
+        raise AssertionError("vLLM 0.28.0 loaded the vision tower")
+    model = vt.VisionTower(config)
+    new = loadkit_side().WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="new")
+    loaded = up.AutoWeightsLoader(model).load_weights(new.apply(ck.weights()))
+    assert loaded == {n for n, _ in model.named_parameters()}
+    truth = dict(ck.weights())
+    rows = vt.qkv_rows(model, truth)
+    assert all(held == [f"{s} {j}" for s in "qkv" for j in range(16)] for held in rows.values())

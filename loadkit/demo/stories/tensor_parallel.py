@@ -17,10 +17,10 @@ import numpy as np
 
 from loadkit.demo.scenario import Record, Series, outcome_table
 from loadkit.demo.stories import DATA_DIR
+from loadkit.executor.launcher import run_tensor_parallel
+from loadkit.executor.results import BUGS, Job, TPRun
 from loadkit.fmt import wrap
-from loadkit.parallel.launcher import run_tensor_parallel
-from loadkit.parallel.results import BUGS, Job, TPRun
-from loadkit.parallel.rowmap import render_row_map, row_map
+from loadkit.inspection.tensor_parallel.rowmap import render_row_map, row_map
 from loadkit.vocab import check_behaviour
 
 CHECKPOINT = DATA_DIR / "llama_like" / "model.safetensors"

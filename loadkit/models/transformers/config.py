@@ -3,7 +3,8 @@
 The checks that need no transformers come first (the file is there, it is JSON, it names a
 ``model_type``), so the common mistakes fail fast; transformers is imported only to look the
 ``model_type`` up and build its config class. Every failure is a ``ModelSpecError`` (exit 2 in
-the CLI) naming the file.
+the CLI) naming the file. transformers is an optional extra (``pip install 'loadkit[hf]'``): without
+it, the first step that needs it fails with one line saying what to install.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def read_config_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelSpecError(f"{path}: cannot read the config: {exc}") from None
+    return config_dict(text, path)
+
+
+def config_dict(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``text`` (the config read from ``path``, a file or a URL) as a JSON object with a
+    ``model_type``."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -65,8 +72,26 @@ def read_config_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+INSTALL_HINT = "pip install 'loadkit[hf]'"
+
+
+def require_transformers() -> None:
+    """Import transformers, or say in one line what to install: it is the ``hf`` extra, needed
+    only for Hugging Face architectures (``--model hf``), never for the rest of loadkit.
+
+    >>> require_transformers()  # installed here: nothing to say
+    """
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise ModelSpecError(
+            f"--model hf needs transformers, which cannot be imported ({exc}): {INSTALL_HINT}"
+        ) from None
+
+
 def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
     """transformers' config class for ``data["model_type"]``, built from ``data``."""
+    require_transformers()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
     model_type = data["model_type"]

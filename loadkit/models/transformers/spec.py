@@ -16,6 +16,8 @@ from loadkit.errors import ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
+    from loadkit.checkpoint.reader import Checkpoint
+
 # spec name -> wrapper task (None: chosen from the config's architecture, as upstream)
 HF_SPECS: dict[str, str | None] = {
     "hf": None,
@@ -52,19 +54,46 @@ class HFSource(NamedTuple):
     data: dict[str, Any]  # its JSON, with a model_type
 
 
-def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | None) -> HFSource:
+def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | None) -> HFSource:
     """Find and read the spec's ``config.json``: a missing file, bad JSON or no ``model_type``
-    fails here, before torch and transformers are imported (seconds)."""
+    fails here, before torch and transformers are imported (seconds). A remote checkpoint's
+    config is the ``config.json`` beside it, fetched (and counted in its ``fetched``)."""
     parsed = parse_hf_spec(spec)
     if parsed is None:
         raise ModelSpecError(f"--model {spec!r} is not an hf spec")
     source = parsed.config or checkpoint
     if source is None:
         raise ModelSpecError(f"--model {spec!r}: no checkpoint folder to read config.json from")
+    from loadkit.checkpoint.reader import Checkpoint
+    from loadkit.checkpoint.sources import is_url
     from loadkit.models.transformers.config import config_path, read_config_dict
+
+    if isinstance(source, Checkpoint) and is_url(source.path):
+        return _remote_source(spec, parsed.task, source)
+    if isinstance(source, Checkpoint):
+        source = source.path
 
     path = config_path(source)
     return HFSource(parsed.task, str(path), read_config_dict(path))
+
+
+def _remote_source(spec: str, task: str | None, checkpoint: Checkpoint) -> HFSource:
+    """The ``config.json`` beside a remote checkpoint, fetched (and counted in its tally)."""
+    from loadkit.checkpoint.remote import RemoteCheckpoint
+    from loadkit.errors import CheckpointError
+    from loadkit.models.transformers.config import CONFIG_NAME, config_dict
+
+    if not isinstance(checkpoint, RemoteCheckpoint):
+        raise ModelSpecError(f"--model {spec!r}: {checkpoint.path} was not opened as a URL")
+    try:
+        url, raw = checkpoint.fetch_beside(CONFIG_NAME)
+        text = raw.decode("utf-8")
+    except (CheckpointError, UnicodeDecodeError) as exc:
+        raise ModelSpecError(
+            f"--model {spec!r} reads the {CONFIG_NAME} beside the remote checkpoint: {exc} "
+            "(give a local one with --model hf:PATH)"
+        ) from None
+    return HFSource(task, url, config_dict(text, url))
 
 
 def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class TransformersForCausalLM(CausalMixin, Base):
-    """A generative transformers model: ``model`` and ``lm_head`` (SPEC 11).
+    """A generative transformers model: ``model`` and ``lm_head``.
 
     >>> from transformers import LlamaConfig
     >>> cfg = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -36,7 +36,7 @@ class TransformersForCausalLM(CausalMixin, Base):
 
 
 class TransformersEmbeddingModel(EmbeddingMixin, LegacyMixin, Base):
-    """An encoder used for embeddings: ``model`` alone, with the legacy skip rules (SPEC 11).
+    """An encoder used for embeddings: ``model`` alone, with the legacy skip rules.
 
     >>> from transformers import BertConfig
     >>> cfg = BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -48,7 +48,7 @@ class TransformersEmbeddingModel(EmbeddingMixin, LegacyMixin, Base):
 
 
 class TransformersForSequenceClassification(SequenceClassificationMixin, LegacyMixin, Base):
-    """An encoder with transformers' classification head as ``classifier`` (SPEC 11).
+    """An encoder with transformers' classification head as ``classifier``.
 
     >>> from transformers import BertConfig
     >>> cfg = BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,

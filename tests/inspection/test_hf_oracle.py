@@ -1,0 +1,105 @@
+"""Both columns of ``inspect --model hf`` on checkpoints transformers wrote, against transformers.
+
+For each architecture (tiny config, seeded values, ``save_pretrained``; sharded for some) and each
+mutation of its checkpoint (a key dropped, renamed, reshaped, transposed, an extra key, a stray
+bias, the base-model prefix added or removed, ``model.`` before every key, one float16 tensor,
+sharded with an index, a head saved inside the base model, legacy names, a stale buffer, a tied
+head saved):
+
+- the ``transformers`` column (header-only) equals ``from_pretrained(...,
+  output_loading_info=True)``: missing, unexpected and mismatched keys, whether it loads cleanly,
+  and whether ``from_pretrained`` raises;
+- the ``vllm`` column equals transformers' answer, or transformers' answer with the documented
+  difference applied (``hf_cases.KNOWN_DIFFERENCES`` and the rest), and such a difference is
+  real on the clean checkpoint. ``make test-upstream`` holds it against vLLM's own code.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hf_cases import (
+    ARCHS,
+    CASE_DIFFERENCES,
+    KNOWN_DIFFERENCES,
+    MUTATION_DIFFERENCES,
+    cases,
+    run_case,
+)
+
+REQUIRED = {
+    "BartForConditionalGeneration",
+    "MBartForConditionalGeneration",
+    "DebertaV2Model",
+    "ElectraModel",
+    "DistilBertForSequenceClassification",
+    "LlamaForSequenceClassification",
+    "BertModel",
+    "GPT2LMHeadModel",
+    "GPTNeoXForCausalLM",
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "MistralForCausalLM",
+    "GemmaForCausalLM",
+    "Phi3ForCausalLM",
+    "OPTForCausalLM",
+    "T5ForConditionalGeneration",
+    "ViTModel",
+    "WhisperForConditionalGeneration",
+    "BloomForCausalLM",
+}
+
+
+@pytest.mark.slow  # about 400 cases: a save, two from_pretrained and an inspect each (~1 min)
+@pytest.mark.parametrize(("arch", "mutation"), cases())
+def test_both_columns_against_transformers(arch, mutation, hf_clean, tmp_path):
+    row = run_case(ARCHS[arch], mutation, hf_clean(arch), tmp_path / "variant")
+    column, raw = row["transformers_column"], row["from_pretrained"]
+    assert set(column.missing) == raw.missing
+    assert set(column.unexpected) == raw.unexpected
+    assert {m.name for m in column.mismatched} == raw.mismatched
+    assert column.clean == raw.clean
+    assert column.raises == row["from_pretrained_raises"]
+    assert row["transformers_agrees"]
+
+    ours, hf, expected, report = row["loadkit"], row["transformers"], row["expected"], row["report"]
+    differs = (
+        arch in KNOWN_DIFFERENCES
+        or mutation in MUTATION_DIFFERENCES
+        or (arch, mutation) in CASE_DIFFERENCES
+    )
+    if expected is not None:
+        assert ours == expected, (
+            f"\ntransformers: {hf.describe()}\nexpected:     {expected.describe()}"
+            f"\nvllm column:  {ours.describe()}\n{report.render(limit=50)}"
+        )
+    if not differs:
+        assert ours == hf
+    if mutation == "clean":
+        # transformers loads every clean checkpoint; vLLM too, unless a known difference bites,
+        # and then the difference must be real (this fails once transformers or the rule moves).
+        assert raw.clean and column.clean
+        assert ours.clean == (arch not in KNOWN_DIFFERENCES)
+
+
+def test_enough_architectures_and_mutations():
+    assert len(ARCHS) >= 25
+    assert REQUIRED <= {a.cls for a in ARCHS.values()}
+    names = {m for _, m in cases()}
+    assert len(names) >= 10
+    assert {
+        "clean",
+        "key dropped",
+        "key renamed",
+        "key reshaped",
+        "key transposed",
+        "extra key",
+        "extra bias",
+        "base prefix added",
+        "base prefix removed",
+        "one float16 tensor",
+        "tied head saved",
+        "sharded with an index",
+    } <= names
+    # Each vLLM wrapper is exercised: generative, embedding and classification models.
+    kinds = {ARCHS[a].cls for a, _ in cases()}
+    assert {"BertModel", "BertForSequenceClassification", "LlamaForCausalLM"} <= kinds

@@ -1,0 +1,170 @@
+"""``loadkit inspect`` on what users name: a repo id in a Hugging Face cache (``HF_HUB_CACHE``,
+``HF_HOME``), a ``models--org--name`` folder, and a URL served on the loopback. Each gives the
+report the local folder gives, apart from the lines that name the source."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hub_cache import add_snapshot, commit_hash, folder_files, repo_dir
+from loopback import serve
+from repo_paths import REPO
+
+ONE = commit_hash("one")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    """Loopback requests go straight to the server, whatever proxy the machine has set (the
+    CLI's process inherits this environment)."""
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory, quiet_transformers):
+    """transformers' own sharded BERT checkpoint (index, two shards, config.json), and a hub
+    cache holding it as ``org/bert`` at commit ``ONE``."""
+    from hf_cases import clean_checkpoints
+
+    folder = clean_checkpoints(tmp_path_factory.mktemp("hf"))("bert")
+    assert (folder / "model.safetensors.index.json").is_file()
+    cache = tmp_path_factory.mktemp("hub")
+    add_snapshot(cache, "org/bert", folder_files(folder), commit=ONE)
+    return folder, cache
+
+
+def _body(stdout: str, source_lines: int, location: object) -> list[str]:
+    """The report without its first line (the checkpoint's path) and the lines after it that
+    say where it came from, with the folder or URL base it came from (which the config line
+    names) spelled ``<source>``."""
+    lines = stdout.replace(str(location), "<source>").splitlines()
+    assert lines[0] == "checkpoint  <source>" or lines[0].startswith("checkpoint  <source>/")
+    return lines[1 + source_lines :]
+
+
+def _same_json(theirs: str, local: str) -> None:
+    a, b = json.loads(theirs), json.loads(local)
+    source = a["checkpoint"].pop("source")
+    assert b["checkpoint"].pop("source") == {"kind": "path", "name": b["checkpoint"]["path"],
+                                             "hub": None, "fetched": None}  # fmt: skip
+    for doc in (a, b):
+        doc["checkpoint"].pop("path")
+        for entry in (*doc["checkpoint"]["files"], *doc["checkpoint"]["tensors"]):
+            entry["file"] = entry["file"].rsplit("/", 1)[-1]
+        if doc["model"]:
+            doc["model"]["backend"].pop("config", None)
+    assert a == b
+    return source
+
+
+def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
+    folder, cache = bert
+    env = {"HF_HUB_CACHE": str(cache)}
+    local = loadkit_cli("inspect", folder, "--model", "hf")
+    cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
+    assert (cached.returncode, cached.stderr) == (local.returncode, "")
+    snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
+    assert cached.stdout.splitlines()[:2] == [
+        f"checkpoint  {snapshot}",
+        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+    ]
+    assert _body(cached.stdout, 1, snapshot) == _body(local.stdout, 0, folder)
+    as_json = loadkit_cli("inspect", "org/bert", "--model", "hf", "--json", env=env)
+    source = _same_json(
+        as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
+    )
+    assert source["kind"] == "hub" and source["hub"]["commit"] == ONE
+    assert source["hub"]["folder"] == str(snapshot) and source["hub"]["lacks"] == []
+
+
+def test_hf_home_and_the_models_folder(bert, loadkit_cli, tmp_path):
+    folder, cache = bert
+    local = loadkit_cli("inspect", folder)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "hub").symlink_to(cache)  # HF_HOME/hub is the cache when HF_HUB_CACHE is unset
+    by_home = loadkit_cli("inspect", "org/bert@main", env={"HF_HOME": str(home)})
+    snapshot = (repo_dir(cache, "org/bert") / "snapshots" / ONE).resolve()
+    expected = _body(local.stdout, 0, folder)
+    assert by_home.returncode == 0, by_home.stderr
+    assert by_home.stdout.splitlines()[:2] == [
+        f"checkpoint  {snapshot}",
+        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+    ]
+    assert _body(by_home.stdout, 1, snapshot) == expected
+    by_folder = loadkit_cli("inspect", repo_dir(cache, "org/bert"))
+    assert by_folder.returncode == 0 and _body(by_folder.stdout, 1, snapshot) == expected
+
+
+def test_a_repo_id_not_in_the_cache_is_one_line(loadkit_cli, tmp_path):
+    got = loadkit_cli("inspect", "org/absent", env={"HF_HUB_CACHE": str(tmp_path)})
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == (
+        "loadkit inspect: error: org/absent: no such file or folder, and no such repo in the "
+        f"Hugging Face cache (looked for models--org--absent in {tmp_path}; set HF_HUB_CACHE or "
+        "HF_HOME for another cache)\n"
+    )
+
+
+def test_without_huggingface_hub_a_repo_id_says_what_to_install(tmp_path):
+    """A Python where ``import huggingface_hub`` fails (``sys.modules[name] = None`` makes the
+    import raise ImportError, as for a package not installed)."""
+    code = (
+        "import sys; sys.modules['huggingface_hub'] = None\n"
+        "from loadkit.inspection.cli import main\n"
+        "sys.exit(main(['inspect', 'org/name']))\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert got.returncode == 2
+    assert got.stderr == (
+        "loadkit inspect: error: org/name: no such file or folder; to read it as a Hugging Face "
+        "repo id from the local cache, loadkit needs huggingface_hub (pip install "
+        "huggingface_hub)\n"
+    )
+    path = subprocess.run(  # a path never needs it
+        [
+            sys.executable,
+            "-c",
+            code.replace("org/name", str(REPO / "data/plamo2/untied.safetensors")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert path.returncode == 0, path.stderr
+
+
+def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadkit_cli):
+    folder, _ = bert
+    local = loadkit_cli("inspect", folder, "--model", "hf")
+    with serve(folder) as server:
+        url = server.url("model.safetensors.index.json")
+        remote = loadkit_cli("inspect", url, "--model", "hf")
+        as_json = loadkit_cli("inspect", url, "--model", "hf", "--json")
+    assert (remote.returncode, remote.stderr) == (local.returncode, "")
+    assert remote.stdout.splitlines()[0] == f"checkpoint  {url}"
+    base = url.rsplit("/", 1)[0]
+    assert _body(remote.stdout, 1, base) == _body(local.stdout, 0, folder)
+    source = _same_json(
+        as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
+    )
+    # what was served: the index and config.json whole, of each shard its header only
+    shards = sorted(folder.glob("*.safetensors"))
+    headers = sum(8 + int.from_bytes(s.read_bytes()[:8], "little") for s in shards)
+    small = sum(
+        (folder / n).stat().st_size for n in ("model.safetensors.index.json", "config.json")
+    )
+    whole = small + sum(s.stat().st_size for s in shards)
+    requests = 2 + 2 * len(shards)  # the index, config.json, two ranges per shard
+    assert source["fetched"] == {"requests": requests, "bytes": small + headers, "size": whole}
+    assert server.sent == 2 * (small + headers)  # two runs, each the same bytes
+    line = remote.stdout.splitlines()[1]
+    said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
+    assert line.startswith(said)

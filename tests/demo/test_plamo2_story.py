@@ -92,7 +92,7 @@ def test_the_map_shows_every_loader_and_only_the_wrong_rows(loads, reference):
         if v
     }
     assert sorted(cells.values()) == [-1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    assert cells[("norm.weight", trace.x[2])] == -1.0  # moved-verbatim: final norm 1.0 too low
+    assert cells[("norm.weight (final)", trace.x[2])] == -1.0  # moved-verbatim: 1.0 too low
     assert fig.layout.height <= 500  # a screen high, with room for the text around it
     assert "heatmap: 7 x 4 cells, values ['-1', '0', '1']" in figure_data(fig)
 

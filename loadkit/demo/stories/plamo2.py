@@ -461,6 +461,8 @@ def in_proj_figure(config: Plamo2Config, loaded_rows: Sequence[int]) -> Any:
 
 
 def _short(name: str) -> str:
+    if name in ("model.norm", "model.norm.weight"):
+        return name.removeprefix("model.") + " (final)"
     return name.removeprefix("model.").replace("layers.layers.", "layers.")
 
 

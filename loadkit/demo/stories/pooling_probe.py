@@ -321,7 +321,7 @@ def full_scale_figure(runs: Mapping[str, ProbeRun], axes: tuple[int, float], lay
     fig = base_figure(
         f"Full scale on paper (meta device) [{layers} text layers]",
         height=420,
-        xaxis={"title": "keys read from the checkpoint", "range": [0, keys * 1.12]},
+        xaxis={"title": "keys read from the checkpoint", "range": [0, keys * 1.02]},
         yaxis={
             "title": "MiB (log scale)",
             "type": "log",
@@ -349,13 +349,15 @@ def full_scale_figure(runs: Mapping[str, ProbeRun], axes: tuple[int, float], lay
                 line={"color": BEHAVIOUR_COLOURS[b], "width": 2.5},
             )
         )
-        fig.add_annotation(
+        clones = f"{r.clones} clone{'s' if r.clones != 1 else ''}"
+        fig.add_annotation(  # above the line's end, inside the plot
             x=xs[-1],
             y=math.log10(ys[-1]),
-            text=f"<b>{b}</b>: {r.clones} clones, {format_bytes(r.cloned_bytes)}",
+            text=f"<b>{b}</b>: {clones}, {format_bytes(r.cloned_bytes)}",
             showarrow=False,
-            xanchor="left",
-            xshift=6,
+            xanchor="right",
+            yanchor="bottom",
+            yshift=3,
             font={"color": BEHAVIOUR_COLOURS[b], "size": 13},
         )
     return fig

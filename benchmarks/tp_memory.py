@@ -60,6 +60,7 @@ def main() -> int:
     from loadkit import open_checkpoint
     from loadkit.executor.launcher import run_one
     from loadkit.inspection.tensor_parallel.share import memory_plan
+    from loadkit.models.llama import model_from_checkpoint
 
     ensure_checkpoint(args.checkpoint)
     ck = open_checkpoint(args.checkpoint)
@@ -68,10 +69,11 @@ def main() -> int:
 
     rows, reference = [], None
     for tp in args.tp:
-        plan = memory_plan(ck.tensors, tp)
+        plan = memory_plan(ck.tensors, tp, model_from_checkpoint)
         run = run_one(
             args.checkpoint,
             tp,
+            model=model_from_checkpoint,
             track_rows=False,
             progress=not args.no_progress,
             timeout=1800,

@@ -3,6 +3,8 @@
 - The header-only path (``import loadkit``, the inspection package except ``simulate`` and
   ``tensor_parallel``, the checkpoint reader, the mapper, the probe's decision) never imports
   torch.
+- Imports run only down an explicit order of layers (``LAYERS``): a module imports its own
+  package and the layers below, never a peer package of its layer nor anything above.
 - No import cycle among loadkit modules, counting every import: module level, inside functions
   and under ``TYPE_CHECKING`` (a cycle that only type checkers see is still two modules that
   cannot be read apart). One named exception: an observer interface's annotations name what it
@@ -133,6 +135,70 @@ def test_the_observer_exception_is_narrow():
     observe = "loadkit.loading.observe"
     assert {"loadkit.loading.ledger", "loadkit.loading.auto_loader"} <= GRAPH[observe]
     assert _imports(observe, MODULES[observe], type_checking=False) == set()
+
+
+# The layers, bottom first. A module may import modules of its own package and of the layers
+# below its own: never a peer package of its layer, never a layer above. The top layer is the
+# faces (``loadkit``'s lazy names, ``python -m loadkit``): nothing below imports them.
+LAYERS: list[tuple[str, ...]] = [
+    ("loadkit.errors", "loadkit.fmt"),
+    ("loadkit.vocab",),
+    ("loadkit.mapper", "loadkit.checkpoint"),
+    ("loadkit.loading",),
+    ("loadkit.parallel", "loadkit.pooling", "loadkit.reload"),
+    # The models are built from the layers; the runner runs whichever model its caller names.
+    ("loadkit.models", "loadkit.executor"),
+    ("loadkit.inspection",),
+    ("loadkit.demo",),
+    ("loadkit", "loadkit.__main__"),
+]
+
+
+def _unit(module: str) -> tuple[int, str]:
+    """``(layer index, package)`` of ``module``: the package of ``LAYERS`` that holds it."""
+    for index, layer in enumerate(LAYERS):
+        for package in layer:
+            if module == package or (package != "loadkit" and module.startswith(package + ".")):
+                return index, package
+    raise LookupError(f"{module} is on no layer: add its package to LAYERS")
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for name, deps in sorted(graph.items()):
+        layer, package = _unit(name)
+        for dep in sorted(deps):
+            dep_layer, dep_package = _unit(dep)
+            if dep_package != package and dep_layer >= layer:
+                where = "a peer on its layer" if dep_layer == layer else "a layer above"
+                out.append(f"{name} imports {dep} ({where})")
+    return out
+
+
+def test_every_module_is_on_a_layer():
+    placed = {m: _unit(m) for m in MODULES}  # raises for a module on no layer
+    assert {package for _, package in placed.values()} == {p for layer in LAYERS for p in layer}
+
+
+def test_the_layer_check_sees_what_runs_up_or_sideways():
+    assert _layer_violations(
+        {
+            "loadkit.parallel.share": {"loadkit.models.llama", "loadkit.parallel.state"},
+            "loadkit.models.registry": {"loadkit.inspection.simulate"},
+            "loadkit.pooling.probe": {"loadkit.reload.layer", "loadkit.mapper"},
+            "loadkit.loading.meta": {"loadkit"},
+        }
+    ) == [
+        "loadkit.loading.meta imports loadkit (a layer above)",
+        "loadkit.models.registry imports loadkit.inspection.simulate (a layer above)",
+        "loadkit.parallel.share imports loadkit.models.llama (a layer above)",
+        "loadkit.pooling.probe imports loadkit.reload.layer (a peer on its layer)",
+    ]
+
+
+def test_imports_run_only_down_the_layers():
+    # Every import counts: module level, inside functions and under TYPE_CHECKING.
+    assert _layer_violations(GRAPH) == []
 
 
 def test_the_library_never_imports_the_demo():

@@ -24,23 +24,29 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from loadkit import open_checkpoint
-from loadkit.executor.results import Fault, Job, RankResult, TPRun
+from loadkit.checkpoint.reader import open_checkpoint
+from loadkit.executor.results import Fault, Job, ModelFactory, RankResult, TPRun
 from loadkit.executor.worker import LaunchSpec, run_rank
-from loadkit.parallel.state import TensorParallelError
+from loadkit.parallel.state import TensorParallelError, simulated_group, use_group
 
 DEFAULT_INPUT_IDS = (1, 7, 42, 99, 3, 64, 15, 80)
 
 
-def check_tensor_parallel(checkpoint: str | os.PathLike[str], tp: int) -> list[Any]:
-    """Header-only: the model's findings for ``tp`` ranks; raises if any cannot work."""
-    from loadkit.models.llama import config_from_checkpoint
-
-    config = config_from_checkpoint(open_checkpoint(checkpoint).tensors)
-    findings = config.verify_tensor_parallel(tp)
+def check_tensor_parallel(
+    checkpoint: str | os.PathLike[str], tp: int, model: ModelFactory
+) -> list[Any]:
+    """Header-only: what ``model``'s config says of ``tp`` ranks (``verify_tensor_parallel``,
+    where it has one); raises if any finding says it cannot work. The model is built once, on
+    the meta device, as the only rank of a simulated group."""
+    tensors = open_checkpoint(checkpoint).tensors
+    with torch.device("meta"), use_group(simulated_group(0, 1)):
+        built = Job().build(model, tensors)
+    verify = getattr(getattr(built, "config", None), "verify_tensor_parallel", None)
+    findings = list(verify(tp)) if callable(verify) else []
     errors = [f.message for f in findings if f.severity == "error"]
     if errors:
         raise TensorParallelError(f"{checkpoint}: tp={tp} cannot work: " + "; ".join(errors))
@@ -160,6 +166,7 @@ def run_tensor_parallel(
     tp: int,
     jobs: Sequence[Job] | None = None,
     *,
+    model: ModelFactory,
     input_ids: Sequence[int] = DEFAULT_INPUT_IDS,
     timeout: float = 300.0,
     collective_timeout: float = 30.0,
@@ -170,13 +177,16 @@ def run_tensor_parallel(
     threads: int = 1,
     start_method: str = "forkserver",
 ) -> list[TPRun]:
-    """Load ``checkpoint`` on ``tp`` real processes, once per job; one ``TPRun`` per job.
+    """Load ``checkpoint`` into ``model`` on ``tp`` real processes, once per job; one ``TPRun``
+    per job. ``model`` builds each rank's model from the header and the job's behaviours
+    (``loadkit.executor.results.ModelFactory``).
 
     ``checkpoint`` may be one path per rank (a rank whose copy lacks a shard then fails with
     the file named). ``timeout`` bounds the whole call; ``collective_timeout`` bounds each wait
     for the other ranks. ``progress`` shows a bar per rank (bytes streamed) for long loads.
 
-    >>> runs = run_tensor_parallel("ckpt.safetensors", 2)  # doctest: +SKIP
+    >>> from loadkit.models.llama import model_from_checkpoint as llama
+    >>> runs = run_tensor_parallel("ckpt.safetensors", 2, model=llama)  # doctest: +SKIP
     >>> runs[0].raise_for_errors().logits.shape  # doctest: +SKIP
     (8, 100)
     """
@@ -192,12 +202,14 @@ def run_tensor_parallel(
     jobs = list(jobs) if jobs is not None else [Job()]
     if not jobs:
         raise TensorParallelError("no jobs to run")
-    check_tensor_parallel(paths[0], tp)  # a tp that cannot work fails here, before any process
+    # A tp that cannot work fails here, before any process.
+    check_tensor_parallel(paths[0], tp, model)
     spec = LaunchSpec(
         checkpoints=tuple(paths),
         tp=tp,
         jobs=tuple(jobs),
         input_ids=tuple(int(i) for i in input_ids),
+        model=model,
         backend=backend,
         collective_timeout=collective_timeout,
         track_rows=track_rows,
@@ -317,7 +329,12 @@ def _collect(watch: _Watch, checkpoint: str) -> list[TPRun]:
 
 
 def run_one(
-    checkpoint: str | os.PathLike[str] | Path, tp: int, job: Job | None = None, **kwargs: Any
+    checkpoint: str | os.PathLike[str] | Path,
+    tp: int,
+    job: Job | None = None,
+    *,
+    model: ModelFactory,
+    **kwargs: Any,
 ) -> TPRun:
     """``run_tensor_parallel`` for a single job (all bugs fixed unless ``job`` says otherwise)."""
-    return run_tensor_parallel(checkpoint, tp, [job or Job()], **kwargs)[0]
+    return run_tensor_parallel(checkpoint, tp, [job or Job()], model=model, **kwargs)[0]

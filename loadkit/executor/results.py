@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,6 +13,12 @@ from loadkit.parallel.state import TensorParallelError
 from loadkit.vocab import Behaviour, check_behaviour
 
 BUGS = ("gguf-rank", "kv-replication")
+
+# What a run loads: ``model(tensors, rank_behaviour=..., kv_behaviour=...)`` builds the model for
+# the current rank from the checkpoint's header (name -> ``TensorInfo``) and a job's behaviours.
+# Every rank process receives it, so it must pickle: a module-level function (the Llama-like
+# model's is ``loadkit.models.llama.model_from_checkpoint``).
+ModelFactory = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,10 @@ class Job:
         if bug == "gguf-rank":
             return cls(f"{bug}/{behaviour}", rank_behaviour=behaviour)
         return cls(f"{bug}/{behaviour}", kv_behaviour=behaviour)
+
+    def build(self, model: ModelFactory, tensors: Mapping[str, Any]) -> Any:
+        """``model`` built for the current rank with this job's behaviours."""
+        return model(tensors, rank_behaviour=self.rank_behaviour, kv_behaviour=self.kv_behaviour)
 
 
 @dataclass(frozen=True)

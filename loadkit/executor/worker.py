@@ -9,7 +9,6 @@ waiting in a collective, and a rank that is gone is named by the one that waited
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import threading
@@ -23,9 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from loadkit import open_checkpoint
+from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.errors import LoadkitError
-from loadkit.executor.results import Fault, Job, RankResult
+from loadkit.executor.results import Fault, Job, ModelFactory, RankResult
 from loadkit.parallel.holdings import HoldingsRecorder
 from loadkit.parallel.state import TPGroup, destroy_tp_group, init_tp_group, use_group
 
@@ -38,7 +37,7 @@ class LaunchSpec:
     tp: int
     jobs: tuple[Job, ...]
     input_ids: tuple[int, ...]
-    model_module: str = "loadkit.models.llama"  # provides config_from_checkpoint, LlamaForCausalLM
+    model: ModelFactory
     backend: str = "gloo"
     collective_timeout: float = 30.0
     track_rows: bool = True
@@ -143,9 +142,7 @@ def _wait_for_statuses(store: Any, job_index: int, tp: int, timeout: float) -> d
     return out
 
 
-def _run_job(
-    spec: LaunchSpec, group: TPGroup, store: Any, job_index: int, module: Any
-) -> RankResult:
+def _run_job(spec: LaunchSpec, group: TPGroup, store: Any, job_index: int) -> RankResult:
     rank, job = group.rank, spec.jobs[job_index]
     result = RankResult(rank, spec.tp, job)
     stream = _Stream(rank, job_index, store, spec.fault)
@@ -155,10 +152,7 @@ def _run_job(
     try:
         with use_group(group):
             ck = open_checkpoint(spec.checkpoints[rank])
-            config = module.config_from_checkpoint(ck.tensors)
-            model = module.LlamaForCausalLM(
-                config, rank_behaviour=job.rank_behaviour, kv_behaviour=job.kv_behaviour
-            )
+            model = job.build(spec.model, ck.tensors)
             result.param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
             weights = stream(ck.weights(reuse_buffer=True))
             if spec.track_rows:
@@ -214,9 +208,8 @@ def run_rank(rank: int, spec: LaunchSpec, port: int, launcher: int, queue: Any) 
             backend=spec.backend,
             timeout_s=spec.collective_timeout,
         )
-        module = importlib.import_module(spec.model_module)
         for j in range(len(spec.jobs)):
-            queue.put(("result", rank, j, _run_job(spec, group, store, j, module)))
+            queue.put(("result", rank, j, _run_job(spec, group, store, j)))
         destroy_tp_group()
     except Exception as exc:
         queue.put(("fatal", rank, _describe(exc)))

@@ -29,6 +29,8 @@ examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
   python -m loadkit inspect path/to/hf-checkpoint --model hf
+  python -m loadkit inspect org/name@main --model hf
+  python -m loadkit inspect https://host/path/model.safetensors.index.json
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
   python -m loadkit inspect bert --model mypkg:classifier --model-arg num_labels=3 \\
       --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
@@ -119,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint",
         metavar="CHECKPOINT",
         help="a .safetensors file, a folder of shards, or a folder with "
-        "model.safetensors.index.json",
+        "model.safetensors.index.json; or a Hugging Face repo id (org/name[@revision], from the "
+        "local cache), or an http(s) URL of a .safetensors file or an index (headers only)",
     )
     inspect.add_argument(
         "--model",
@@ -201,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="any dtype cast fails the load (by default only incompatible casts do: float into "
         "int, ...)",
+    )
+    inspect.add_argument(
+        "--strict-index",
+        action="store_true",
+        help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "
+        "in another shard than it says, a key it does not list, a wrong total_size)",
     )
     rules.add_argument(
         "--probe",

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 # For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
-SCHEMA_VERSION = 2  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 
@@ -79,6 +79,7 @@ class InspectReport:
         load: LoadReport | None = None,
         tensor_parallel: TPReport | None = None,
         fix: SuggestedFix | None = None,
+        strict_index: bool = False,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
@@ -88,6 +89,7 @@ class InspectReport:
         self.tensor_parallel = tensor_parallel
         self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
+        self.strict_index = strict_index  # an inconsistent index fails (exit 1)
 
     def __repr__(self) -> str:
         c = self.checkpoint
@@ -118,17 +120,24 @@ class InspectReport:
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers and index are consistent);
-        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
-        not hold it."""
+        """0: loads cleanly (or no model to load into: every tensor the index names can be read),
+        an inconsistent index included (a key in another shard than it says, one it does not
+        list, a wrong ``total_size``); 1: it would not, a tensor cannot be read, (with
+        ``strict_index``) the index is inconsistent, or (with ``tp``) the ranks could not hold
+        it."""
         tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
+        strict = self.strict_index and bool(self.checkpoint.inconsistent)
+        return 1 if self.clean is False or self.checkpoint.failing or tp_fails or strict else 0
 
     def problems(self) -> list[str]:
         """Short descriptions of what keeps the checkpoint from loading cleanly."""
         out = []
         if self.checkpoint.failing:
-            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
+            n = len(self.checkpoint.failing)
+            out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
+        if self.strict_index and self.checkpoint.inconsistent:
+            n = len(self.checkpoint.inconsistent)
+            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
         out += self.load.problems() if self.load is not None else []
         return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
@@ -290,6 +299,7 @@ def inspect_checkpoint(
     probe: bool | None = None,
     suggest: bool = True,
     tp: int | None = None,
+    strict_index: bool = False,
     timeout: float | None = None,
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
@@ -309,6 +319,7 @@ def inspect_checkpoint(
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        strict_index: an inconsistent index (every tensor still loads) fails the report too.
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
         timeout: seconds each request to a remote checkpoint may take.
@@ -335,7 +346,7 @@ def inspect_checkpoint(
     else:  # a path (a folder: every index problem collected), a repo id, a URL
         ck, problems, named = open_source(checkpoint, timeout=timeout)
     infos = list(ck.tensors.values())
-    report = InspectReport(summarize_checkpoint(ck, problems, named))
+    report = InspectReport(summarize_checkpoint(ck, problems, named), strict_index=strict_index)
     user_mapper = None if mapper is None else parse_mapper(mapper)
     names = [t.name for t in infos]
     if model is None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         load: LoadReport | None
         fix: SuggestedFix | None
         tensor_parallel: TPReport | None
+        strict_index: bool
 
         @property
         def folded_layout(self) -> LayoutNode: ...
@@ -80,15 +81,17 @@ def _source(source: Source | None) -> list[str]:
     ]
 
 
-def _checkpoint(r: Report) -> list[str]:
+def _checkpoint(r: Report, limit: int) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
         f"checkpoint  {printable(c.path)}",
         *_source(c.source),
-        f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
+        f"  {_plural(len(c.files), 'file')}, {_plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
         "  dtypes  "
-        + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
+        + ", ".join(
+            f"{d} {_plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
+        ),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
@@ -98,16 +101,41 @@ def _checkpoint(r: Report) -> list[str]:
         ]
         lines.append(table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)))
     if c.problems:
-        failing = len(c.failing)
-        lines.append(
-            f"  index problems ({failing})"
-            + (": none" if not failing else "")
-            + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
-        )
-        for p in c.problems:
-            what = f"'{printable(p.key)}': " if p.key else ""
-            lines.append(f"    {p.kind}: {what}{printable(p.message)}")
+        lines += _index_problems(c, limit)
     return lines
+
+
+_SEVERITY = {"fails": 0, "inconsistent": 1, "note": 2}
+
+
+def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
+    """Index problems grouped by kind, shard and what they say (one missing shard of 52 keys is
+    one row), those that stop the load first, at most ``limit`` rows."""
+    failing, inconsistent = len(c.failing), len(c.inconsistent)
+    notes = len(c.problems) - failing - inconsistent
+    head = f"  index problems ({failing + inconsistent})"
+    if failing:
+        head += f": {failing} stop the load (a tensor cannot be read)"
+        head += f", {inconsistent} inconsistent (every tensor still loads)" if inconsistent else ""
+    elif inconsistent:
+        head += ": loads; the index is inconsistent"
+    else:
+        head += ": none"
+    lines = [head + (f"; {_plural(notes, 'note')}" if notes else "")]
+    groups: dict[tuple[int, str, str, tuple[str, ...]], list[str | None]] = {}
+    for p in c.problems:
+        key = (_SEVERITY.get(p.severity, 1), p.kind, p.message, p.found_in)
+        groups.setdefault(key, []).append(p.key)
+    rows = []
+    for (_, what_kind, message, _), keys in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        named = [k for k in keys if k is not None]
+        if len(keys) == 1:
+            what = f"'{printable(named[0])}': " if named else ""
+            rows.append(f"    {what_kind}: {what}{printable(message)}")
+            continue
+        shown = _names(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
+        rows.append(f"    {what_kind}, {len(keys)} keys, each: {printable(message)}\n      {shown}")
+    return lines + _capped(rows, len(rows), limit)
 
 
 def _mapper(r: Report, limit: int) -> list[str]:
@@ -336,7 +364,7 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
     lines: list[str] = []
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
-    lines += _checkpoint(r)
+    lines += _checkpoint(r, limit)
     lines += ["", "layout  (numbered siblings folded into {a-b})"]
     odd = list(r.folded_layout.odd_ones())
     if odd:
@@ -373,16 +401,26 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines += ["", *(printable(line) for line in tp.render(limit))]
     lines.append("")
     tp_problems = tp.problems() if tp is not None else []
-    if r.clean is None and r.checkpoint.failing:
+    inconsistent = len(r.checkpoint.inconsistent)
+    strict = r.strict_index and inconsistent
+    index = (
+        f"; the index is inconsistent ({_plural(inconsistent, 'problem')} above, every tensor "
+        "still loads)"
+        if inconsistent and not strict
+        else ""
+    )
+    if r.clean is None and (r.checkpoint.failing or strict):
         lines.append(
             f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
             "given, so names were not matched (exit 1)"
         )
     elif r.clean is None:
-        lines.append("verdict: headers valid; no model given, so names were not matched (exit 0)")
-    elif r.clean and not tp_problems:
+        lines.append(
+            f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
+        )
+    elif r.clean and not tp_problems and not strict:
         where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        lines.append(f"verdict: would load cleanly{where} (exit 0)")
+        lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.proven:

@@ -36,8 +36,13 @@ class CheckpointSummary(Record):
 
     @property
     def failing(self) -> list[IndexProblem]:
-        """The problems that make the checkpoint inconsistent (not mere notes)."""
+        """The index problems a loader following the index fails on (a tensor cannot be read)."""
         return [p for p in self.problems if p.fails]
+
+    @property
+    def inconsistent(self) -> list[IndexProblem]:
+        """The index problems every tensor still loads with (``--strict-index`` fails them)."""
+        return [p for p in self.problems if p.severity == "inconsistent"]
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -3,11 +3,13 @@ built there.
 
 Layerwise reload records a model's parameters this way, and the inspector's dry load runs a
 model's loaders on such stand-ins; both need the attributes (``weight_loader`` above all) kept.
-``on_meta()`` builds a model on meta without running its random initialisers.
+``meta_copy`` moves a whole built model there; ``on_meta()`` builds a model on meta without
+running its random initialisers.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
@@ -16,7 +18,20 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
+from loadkit.checkpoint.reader import TensorInfo
+
 T = TypeVar("T", bound=torch.Tensor)
+
+
+def meta_tensor(info: TensorInfo) -> torch.Tensor:
+    """An empty meta tensor of a checkpoint tensor's dtype and shape: nothing is read.
+
+    >>> meta_tensor(TensorInfo("w", "F4", (2, 8), 8, "m.safetensors", 0)).shape  # 2 per byte
+    torch.Size([2, 4])
+    """
+    shape = torch_shape(info.dtype, info.shape)
+    return torch.empty(shape, dtype=torch_dtype(info.dtype), device="meta")
 
 
 def to_meta(tensor: T) -> T:
@@ -27,6 +42,25 @@ def to_meta(tensor: T) -> T:
     meta.__class__ = tensor.__class__
     meta.__dict__.update(tensor.__dict__)
     return cast(T, meta)  # its class is now tensor's
+
+
+def meta_copy(model: nn.Module, *, always: bool = False) -> nn.Module:
+    """``model`` itself when it is all on ``meta`` (a copy if ``always``), else a copy on meta.
+
+    The caller's model is never changed, and its data is never copied: each tensor is replaced
+    by a meta tensor of its shape and dtype (keeping attributes such as ``weight_loader``) before
+    the module tree is deep-copied around it.
+
+    Example:
+        >>> live = torch.nn.Linear(2, 2)
+        >>> meta_copy(live).weight.is_meta, live.weight.is_meta
+        (True, False)
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    if all(t.is_meta for t in tensors) and not always:
+        return model
+    memo: dict[int, Any] = {id(t): to_meta(t) for t in tensors}  # tied tensors stay tied
+    return copy.deepcopy(model, memo)
 
 
 # The random fills a module's initialisers end in (``nn.init.normal_`` and friends, which torch

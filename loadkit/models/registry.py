@@ -203,7 +203,7 @@ def build_model(
         from torch import nn
 
         if isinstance(spec, nn.Module) and not kwargs:
-            from loadkit.inspection.simulate import meta_copy
+            from loadkit.loading.meta import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec) and not isinstance(spec, nn.Module):

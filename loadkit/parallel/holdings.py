@@ -112,14 +112,15 @@ class _Watch(EagerDispatchMode):
 class HoldingsRecorder:
     """Records every copy the model's loaders make, by parameter and checkpoint key.
 
-    >>> from loadkit.parallel import simulated_group, use_group
-    >>> from loadkit.models.llama import LlamaForCausalLM, LlamaLikeConfig, make_checkpoint
-    >>> with use_group(simulated_group(0, 1)):
-    ...     model = LlamaForCausalLM(LlamaLikeConfig())
-    ...     with HoldingsRecorder(model) as rec:
-    ...         _ = model.load_weights(rec.watch(make_checkpoint(model.config).items()))
-    >>> rec.records[0].key, rec.records[0].ckpt_rows
-    ('lm_head.weight', (0, 100))
+    >>> from loadkit.loading.auto_loader import AutoWeightsLoader
+    >>> from loadkit.parallel import ColumnParallelLinear, simulated_group, use_group
+    >>> with use_group(simulated_group(1, 2)):  # rank 1 of 2 holds output rows 3-5
+    ...     layer = ColumnParallelLinear(4, 6, bias=False)
+    ...     with HoldingsRecorder(layer) as rec:
+    ...         weights = rec.watch([("weight", torch.ones(6, 4))])
+    ...         _ = AutoWeightsLoader(layer).load_weights(weights)
+    >>> rec.records[0].key, rec.records[0].ckpt_rows, rec.records[0].param_rows
+    ('weight', (3, 6), (0, 3))
     """
 
     def __init__(self, model: nn.Module) -> None:

@@ -3,14 +3,20 @@
 import pytest
 import torch
 from notebook_code import notebook_namespace
+from repo_paths import DATA as DATA_DIR
 from safetensors.torch import load_file
 
 from loadkit import open_checkpoint
-from loadkit.demo.stories import DATA_DIR
 from loadkit.demo.stories import plamo2 as story
 from loadkit.demo.viz import figure_data
-from loadkit.models.plamo2 import BEHAVIOURS, DATA_FILES, Plamo2Config, Plamo2ForCausalLM, rename
+from loadkit.models.plamo2 import BEHAVIOURS, Plamo2Config, Plamo2ForCausalLM, rename
 
+# The committed Plamo2 checkpoints (data/generate.py writes them).
+DATA_FILES = {
+    "untied": "plamo2/untied.safetensors",
+    "tied": "plamo2/tied.safetensors",
+    "tied-with-lm-head": "plamo2/tied-with-lm-head",
+}
 FIVE = ("B_norm.weight", "C_norm.weight", "dt_norm.weight", "q_norm.weight", "k_norm.weight")
 
 

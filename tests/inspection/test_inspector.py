@@ -292,7 +292,7 @@ def test_dtype_casts_reported_and_incompatible_ones_fail(tmp_path):
     r = inspect_checkpoint(save(tmp_path / "b.safetensors", state), model=Tiny)
     bad = [d for d in r.load.dtype_casts if d.incompatible]
     assert [(d.param, d.from_dtype, d.to_dtype) for d in bad] == [("steps", "float32", "int64")]
-    assert r.clean is False and "1 incompatible dtype cast(s)" in r.load.problems()
+    assert r.clean is False and "1 incompatible dtype cast" in r.load.problems()
 
 
 def test_model_mapper_and_probe_verdicts(tmp_path):
@@ -530,7 +530,7 @@ def test_a_loader_that_fails_before_reading_anything_is_unusable(tmp_path):
 
 
 def test_a_live_model_is_copied_to_meta_without_its_data():
-    from loadkit.inspection.simulate import meta_copy
+    from loadkit.loading.meta import meta_copy
 
     live = HandWritten()
     live.lm = nn.Linear(2, 2)

@@ -16,15 +16,6 @@ from repo_paths import REPO
 ONE = commit_hash("one")
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Loopback requests go straight to the server, whatever proxy the machine has set (the
-    CLI's process inherits this environment)."""
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-
-
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory, quiet_transformers):
     """transformers' own sharded BERT checkpoint (index, two shards, config.json), and a hub
@@ -126,7 +117,7 @@ def test_without_huggingface_hub_a_repo_id_says_what_to_install(tmp_path):
     assert got.stderr == (
         "loadkit inspect: error: org/name: no such file or folder; to read it as a Hugging Face "
         "repo id from the local cache, loadkit needs huggingface_hub (pip install "
-        "huggingface_hub)\n"
+        "'loadkit[hf]', or huggingface_hub alone)\n"
     )
     path = subprocess.run(  # a path never needs it
         [

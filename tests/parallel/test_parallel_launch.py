@@ -8,6 +8,7 @@ from a server that imported torch once, so the whole module takes seconds.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -25,11 +26,17 @@ import pytest
 from loadkit.executor.launcher import run_one, run_tensor_parallel
 from loadkit.executor.results import Fault, Job
 from loadkit.inspection.tensor_parallel.share import memory_plan, simulate_shares
-from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, write_checkpoint
+from loadkit.models.llama import (
+    LlamaLikeConfig,
+    checkpoint_layout,
+    model_from_checkpoint,
+    write_checkpoint,
+)
 from loadkit.parallel.state import TensorParallelError
 
 pytestmark = pytest.mark.slow  # real rank processes
 
+LLAMA = model_from_checkpoint  # the model every run here loads
 JOBS = [Job(), Job.for_bug("gguf-rank", "old"), Job.for_bug("kv-replication", "old")]
 ATOL = 1e-5  # tp changes the order of the sums, not the values (dyadic weights)
 
@@ -41,9 +48,11 @@ def checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(checkpoint):
-    out = {1: {"new": run_one(checkpoint, 1)}}
+    out = {1: {"new": run_one(checkpoint, 1, model=LLAMA)}}
     for tp in (2, 4):
-        out[tp] = {run.job.name: run for run in run_tensor_parallel(checkpoint, tp, JOBS)}
+        out[tp] = {
+            run.job.name: run for run in run_tensor_parallel(checkpoint, tp, JOBS, model=LLAMA)
+        }
     return out
 
 
@@ -136,7 +145,7 @@ def test_split_layers_sum_to_tp1_and_replicated_layers_repeat(runs, tp):
 def test_meta_share_without_processes_matches_the_real_ranks(runs, checkpoint, tp):
     for job in JOBS:
         real = runs[tp][job.name]
-        shares = simulate_shares(checkpoint, tp, job)
+        shares = simulate_shares(checkpoint, tp, functools.partial(job.build, LLAMA))
         for r, share in enumerate(shares):
             assert share.records == real.ranks[r].records, (job.name, r)
             assert share.loaded_per_layer == real.ranks[r].loaded_per_layer
@@ -145,7 +154,7 @@ def test_meta_share_without_processes_matches_the_real_ranks(runs, checkpoint, t
 
 
 def test_memory_plan_of_the_tiny_model(checkpoint):
-    plan = memory_plan(checkpoint, 4)
+    plan = memory_plan(checkpoint, 4, LLAMA)
     # replicated: 5 norms of 32 or 8 floats per layer... counted by the model, not by hand:
     assert plan.replicated_bytes == 4 * (2 * (32 + 32 + 8 + 8 + 32) + 32)
     assert plan.per_rank[0] > plan.ideal_per_rank  # kv replication and vocab padding cost extra
@@ -154,7 +163,7 @@ def test_memory_plan_of_the_tiny_model(checkpoint):
 def test_a_tp_that_does_not_divide_the_heads_fails_before_any_process(checkpoint):
     before = set(psutil.Process().children(recursive=True))
     with pytest.raises(TensorParallelError, match=r"8 attention heads are not divisible by tp=3"):
-        run_one(checkpoint, 3)
+        run_one(checkpoint, 3, model=LLAMA)
     assert set(psutil.Process().children(recursive=True)) <= before
 
 
@@ -165,7 +174,7 @@ def assert_all_ended(run):
 
 def test_a_rank_killed_mid_load_is_named_and_nothing_hangs(checkpoint):
     start = time.monotonic()
-    run = run_one(checkpoint, 2, fault=Fault(rank=1, after_tensors=3, kind="kill"))
+    run = run_one(checkpoint, 2, fault=Fault(rank=1, after_tensors=3, kind="kill"), model=LLAMA)
     assert time.monotonic() - start < 20
     assert run.ranks[1].status == "died" and "SIGKILL" in run.ranks[1].error
     assert run.ranks[0].status == "skipped" and "rank 1" in run.ranks[0].error
@@ -176,9 +185,8 @@ def test_a_rank_killed_mid_load_is_named_and_nothing_hangs(checkpoint):
 
 def test_a_rank_that_hangs_times_out_and_is_ended(checkpoint):
     start = time.monotonic()
-    run = run_one(
-        checkpoint, 2, fault=Fault(rank=0, after_tensors=2, kind="hang"), collective_timeout=1.5
-    )
+    hang = Fault(rank=0, after_tensors=2, kind="hang")
+    run = run_one(checkpoint, 2, fault=hang, collective_timeout=1.5, model=LLAMA)
     assert time.monotonic() - start < 20
     assert run.ranks[1].status == "skipped"
     assert "rank 0 posted no load status within 1.5 s" in run.ranks[1].error
@@ -187,7 +195,7 @@ def test_a_rank_that_hangs_times_out_and_is_ended(checkpoint):
 
 
 def test_an_exception_in_one_rank_is_reported_with_its_key(checkpoint):
-    run = run_one(checkpoint, 2, fault=Fault(rank=0, after_tensors=5, kind="raise"))
+    run = run_one(checkpoint, 2, fault=Fault(rank=0, after_tensors=5, kind="raise"), model=LLAMA)
     assert run.ranks[0].status == "load error"
     assert "injected fault after 5 tensors" in run.ranks[0].error
     assert "rank 0" in run.ranks[1].error
@@ -214,7 +222,7 @@ def test_a_checkpoint_missing_a_shard_on_one_rank(checkpoint, tmp_path):
     shutil.copytree(good, broken)
     (broken / "model-00002-of-00002.safetensors").unlink()
 
-    run = run_tensor_parallel([good, broken], 2)[0]
+    run = run_tensor_parallel([good, broken], 2, model=LLAMA)[0]
     assert run.ranks[1].status == "load error"
     assert "model-00002-of-00002.safetensors" in run.ranks[1].error
     assert run.ranks[0].status == "skipped" and "rank 1" in run.ranks[0].error
@@ -225,7 +233,7 @@ def test_progress_bars_show_every_rank_of_every_job_to_the_end(checkpoint, capsy
     from loadkit import open_checkpoint
 
     total = open_checkpoint(checkpoint).total_bytes
-    runs = run_tensor_parallel(checkpoint, 2, JOBS[:2], progress=True)
+    runs = run_tensor_parallel(checkpoint, 2, JOBS[:2], progress=True, model=LLAMA)
     assert all(run.ok for run in runs)
     err = capsys.readouterr().err
     for job in ("new", "gguf-rank/old"):
@@ -245,9 +253,10 @@ def test_killing_the_launcher_leaves_no_rank_behind(checkpoint, tmp_path):
     script.write_text(
         "from loadkit.executor.launcher import run_one\n"
         "from loadkit.executor.results import Fault\n"
+        "from loadkit.models.llama import model_from_checkpoint\n"
         "if __name__ == '__main__':\n"
         f"    run_one({str(checkpoint)!r}, 2, fault=Fault(rank=0, after_tensors=2, kind='hang'),\n"
-        "            collective_timeout=120, timeout=300)\n"
+        "            collective_timeout=120, timeout=300, model=model_from_checkpoint)\n"
     )
     launcher = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL)
     try:
@@ -301,8 +310,8 @@ def test_peak_anonymous_memory_per_rank_follows_its_share(tmp_path):
     slack = 8 * 2**20
     growth = {}
     for tp in (1, 2):
-        plan = memory_plan(path, tp)
-        run = run_one(path, tp, track_rows=False).raise_for_errors()
+        plan = memory_plan(path, tp, LLAMA)
+        run = run_one(path, tp, track_rows=False, model=LLAMA).raise_for_errors()
         for r in run.ranks:
             assert plan.per_rank[r.rank] <= r.anon_growth <= plan.per_rank[r.rank] + largest + slack
         growth[tp] = [r.anon_growth for r in run.ranks]
@@ -321,7 +330,7 @@ def test_a_job_finished_between_two_polls_still_gets_its_bars(capsys):
     from loadkit.executor.worker import LaunchSpec
 
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=5), wait_for_workers=False)
-    spec = LaunchSpec(("x", "x"), 2, tuple(JOBS[:2]), (1,))
+    spec = LaunchSpec(("x", "x"), 2, tuple(JOBS[:2]), (1,), LLAMA)
     for rank in (0, 1):
         store.add(f"progress/0/{rank}", 1000)  # job 0 done before the first poll
         store.add(f"progress/1/{rank}", 400)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 
 import pytest
+from repo_paths import DATA
 
 from loadkit import inspect_checkpoint
 from loadkit.errors import LoadkitError
 from loadkit.inspection.cli import main
 from loadkit.inspection.tensor_parallel.rowmap import render_row_map, span_text
-from loadkit.models.llama import DATA_CHECKPOINT, LlamaLikeConfig, write_checkpoint
+from loadkit.models.llama import LlamaLikeConfig, write_checkpoint
 
-CK = str(DATA_CHECKPOINT)
+CK = str(DATA / "llama_like" / "model.safetensors")
 
 
 def spans(report, key: str) -> list[str]:
@@ -64,7 +66,7 @@ def test_intermediate_size_alone(tmp_path):
 
 
 def test_a_model_without_parallel_layers_is_replicated():
-    from loadkit.models.gemma4 import DATA_CHECKPOINT as GEMMA
+    GEMMA = DATA / "gemma4_like" / "model.safetensors"
 
     tp = inspect_checkpoint(GEMMA, model="gemma4-like", tp=2).tensor_parallel
     assert tp.ok and [f.subject for f in tp.findings] == ["replicated"]
@@ -107,8 +109,10 @@ def test_render_row_map_marks_failed_ranks():
     from loadkit.executor.results import Job
     from loadkit.inspection.tensor_parallel.rowmap import row_map
     from loadkit.inspection.tensor_parallel.share import simulate_shares
+    from loadkit.models.llama import model_from_checkpoint
 
-    shares = simulate_shares(CK, 4, Job.for_bug("kv-replication", "old"))
+    job = Job.for_bug("kv-replication", "old")
+    shares = simulate_shares(CK, 4, functools.partial(job.build, model_from_checkpoint))
     assert [s.error is not None for s in shares] == [False, False, True, True]
     text = render_row_map(
         row_map([s.records for s in shares]), failed={2: shares[2].error, 3: shares[3].error}

@@ -21,6 +21,7 @@ from loadkit.executor.launcher import run_tensor_parallel
 from loadkit.executor.results import BUGS, Job, TPRun
 from loadkit.fmt import wrap
 from loadkit.inspection.tensor_parallel.rowmap import render_row_map, row_map
+from loadkit.models.llama import model_from_checkpoint
 from loadkit.vocab import check_behaviour
 
 CHECKPOINT = DATA_DIR / "llama_like" / "model.safetensors"
@@ -53,7 +54,7 @@ def short(key: str) -> str:
 @functools.cache
 def launch(tp: int) -> dict[str, TPRun]:
     """Every job on ``tp`` real processes, once per kernel: job name -> run."""
-    runs = run_tensor_parallel(CHECKPOINT, tp, JOBS)
+    runs = run_tensor_parallel(CHECKPOINT, tp, JOBS, model=model_from_checkpoint)
     return {run.job.name: run for run in runs}
 
 

@@ -17,14 +17,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit import open_checkpoint
-from loadkit.checkpoint.reader import DTYPES, TensorInfo
+from loadkit.checkpoint.reader import TensorInfo, open_checkpoint
 from loadkit.errors import LoadkitError
-from loadkit.executor.results import Job
+from loadkit.loading.meta import meta_tensor
 from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
 from loadkit.parallel.state import simulated_group, use_group
 
 Tensors = Mapping[str, TensorInfo]
+# Builds the model to share out from the checkpoint's header; called inside each rank's group.
+ModelBuilder = Callable[[Tensors], nn.Module]
 
 
 @dataclass
@@ -49,18 +50,7 @@ class RankShare:
 def meta_weights(tensors: Tensors):
     """The checkpoint as meta tensors, in the order ``Checkpoint.weights()`` would yield it."""
     for name, info in tensors.items():
-        dtype = getattr(torch, DTYPES[info.dtype][0])
-        yield name, torch.empty(info.shape, dtype=dtype, device="meta")
-
-
-def llama_builder(tensors: Tensors, job: Job) -> Callable[[], nn.Module]:
-    """A builder of the Llama-like model sized from ``tensors``, with ``job``'s behaviours."""
-    from loadkit.models.llama import LlamaForCausalLM, config_from_checkpoint
-
-    config = config_from_checkpoint(tensors)
-    return lambda: LlamaForCausalLM(
-        config, rank_behaviour=job.rank_behaviour, kv_behaviour=job.kv_behaviour
-    )
+        yield name, meta_tensor(info)
 
 
 def _load(model: nn.Module, weights: Any) -> None:
@@ -68,7 +58,7 @@ def _load(model: nn.Module, weights: Any) -> None:
     if callable(own):
         own(weights)
     else:
-        from loadkit import AutoWeightsLoader
+        from loadkit.loading.auto_loader import AutoWeightsLoader
 
         AutoWeightsLoader(model).load_weights(weights)
 
@@ -78,11 +68,11 @@ def simulate_rank(
 ) -> RankShare:
     """Rank ``rank``'s share: ``build()`` runs inside the simulated group, on meta.
 
-    >>> from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout
+    >>> from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, model_from_checkpoint
     >>> from loadkit.checkpoint import TensorInfo
     >>> layout = checkpoint_layout(LlamaLikeConfig())
     >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in layout}
-    >>> share = simulate_rank(header, 3, 4, llama_builder(header, Job()))
+    >>> share = simulate_rank(header, 3, 4, lambda: model_from_checkpoint(header))
     >>> share.params["model.embed_tokens.weight"][0]   # 128 padded rows / 4 ranks
     (32, 32)
     """
@@ -102,16 +92,17 @@ def simulate_rank(
     return share
 
 
+def _tensors(checkpoint: str | os.PathLike[str] | Tensors) -> Tensors:
+    return checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
+
+
 def simulate_shares(
-    checkpoint: str | os.PathLike[str] | Tensors,
-    tp: int,
-    job: Job | None = None,
-    build: Callable[[Tensors, Job], Callable[[], nn.Module]] = llama_builder,
+    checkpoint: str | os.PathLike[str] | Tensors, tp: int, model: ModelBuilder
 ) -> list[RankShare]:
-    """Every rank's share of ``checkpoint`` (a path or its header's tensors) over ``tp`` ranks."""
-    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
-    job = job or Job()
-    return [simulate_rank(tensors, r, tp, build(tensors, job)) for r in range(tp)]
+    """Every rank's share of ``checkpoint`` (a path or its header's tensors) over ``tp`` ranks,
+    ``model(tensors)`` built for each rank."""
+    tensors = _tensors(checkpoint)
+    return [simulate_rank(tensors, r, tp, lambda: model(tensors)) for r in range(tp)]
 
 
 @dataclass(frozen=True)
@@ -132,18 +123,20 @@ class MemoryPlan:
         return self.sharded_bytes / self.tp + self.replicated_bytes
 
 
-def memory_plan(checkpoint: str | os.PathLike[str] | Tensors, tp: int) -> MemoryPlan:
-    """Header-only: how the model's bytes split over ``tp`` ranks (meta device, no load)."""
-    tensors = checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
-    build = llama_builder(tensors, Job())
+def memory_plan(
+    checkpoint: str | os.PathLike[str] | Tensors, tp: int, model: ModelBuilder
+) -> MemoryPlan:
+    """Header-only: how ``model(tensors)``'s bytes split over ``tp`` ranks (meta device, no
+    load)."""
+    tensors = _tensors(checkpoint)
     sizes = []
     # Which parameters split is seen by comparing with two ranks even when tp is 1.
     for t in (1, max(tp, 2)):
         per_rank = []
         for r in range(t):
             with torch.device("meta"), use_group(simulated_group(r, t)):
-                model = build()
-            per_rank.append({n: p.numel() * p.element_size() for n, p in model.named_parameters()})
+                built = model(tensors)
+            per_rank.append({n: p.numel() * p.element_size() for n, p in built.named_parameters()})
         sizes.append(per_rank)
     full, split = sizes[0][0], sizes[1]
     sharded = sum(b for n, b in full.items() if split[0][n] < b)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_page import CHART_STATE_JS, PLOT, NotebookPage
+from lab_page import PLOT, NotebookPage
 from lab_server import REPO, LabServer
 from notebook_code import notebook_namespace
 from toggle_check import (
@@ -40,6 +40,8 @@ BUG_NOTEBOOKS = {
         "main_records",
         "rows_figure",
     ),
+    # The notebook makes the calls itself; tests/browser/stacked_expected.py makes them again.
+    "06_stacked_mapper.ipynb": ("stacked_expected", "main_records", "rows_figure"),
 }
 
 
@@ -156,6 +158,27 @@ def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
         assert not page.errors, f"the page logged errors: {page.errors}"
 
 
+def test_stacked_mapper_key_chart_shows_every_key_old_and_new(open_notebook, lab, tmp_path):
+    """Notebook 06's first chart (no toggle drives it): every checkpoint key's mapped name and
+    shard id, old and new side by side, as the library draws them from fresh traces."""
+    import stacked_expected
+
+    page = open_notebook("06_stacked_mapper.ipynb")
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        fig = stacked_expected.mapping_figure(stacked_expected.mapping())
+        state = page.chart_state_at(0)
+        assert state["title"] == fig.layout.title.text
+        assert page_traces(state) == expected_traces(None, lambda _: fig)  # type: ignore[arg-type]
+        (trace,) = state["traces"]
+        assert [row[0] for row in trace["z"]].count(2) == 8  # old: q_proj and k_proj, 2 layers
+        assert not any(row[1] == 2 for row in trace["z"])  # new: none
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
 def test_plamo2_map_shows_every_loader_at_once(open_notebook, lab, tmp_path):
     """Notebook 02 has no toggle: its first chart holds all four loaders. After Run All the page
     draws exactly the library's map of the notebook's own loads, a screen high."""
@@ -173,10 +196,8 @@ def test_plamo2_map_shows_every_loader_at_once(open_notebook, lab, tmp_path):
         page.clear_outputs()
         page.run_all()
         page.wait_run_finished()
-        plot = page.page.locator(PLOT).first
-        plot.scroll_into_view_if_needed()
-        shown = page_traces(plot.evaluate(CHART_STATE_JS))
+        shown = page_traces(page.chart_state_at(0))
         assert shown == expected, describe_difference(shown, expected)
-        height = plot.bounding_box()["height"]
+        height = page.page.locator(PLOT).first.bounding_box()["height"]
         assert height <= 600, f"the map is {height:.0f} px high: more than a screen with its text"
         assert not page.errors, f"the page logged errors: {page.errors}"

@@ -29,9 +29,9 @@ HERE = Path(__file__).resolve().parent
 def gemma4_like(out_dir: Path) -> list[Path]:
     """``gemma4_like/model.safetensors``: the default config, seed 0, in layout order."""
     from loadkit.checkpoint.writer import save_in_order
-    from loadkit.models.gemma4 import DATA_DIR_NAME, Gemma4Config, make_checkpoint
+    from loadkit.models.gemma4 import Gemma4Config, make_checkpoint
 
-    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    path = Path(out_dir) / "gemma4_like" / "model.safetensors"
     tensors = make_checkpoint(Gemma4Config(), seed=0)
     return [save_in_order(path, tensors, metadata={"loadkit": "gemma4-like"})]
 
@@ -113,18 +113,18 @@ def nemotron_h(out_dir: Path) -> list[Path]:
 
 def llama_like(out_dir: Path) -> list[Path]:
     """``llama_like/model.safetensors``: the default config, seed 0, written tensor by tensor."""
-    from loadkit.models.llama import DATA_DIR_NAME, LlamaLikeConfig, write_checkpoint
+    from loadkit.models.llama import LlamaLikeConfig, write_checkpoint
 
-    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    path = Path(out_dir) / "llama_like" / "model.safetensors"
     return [write_checkpoint(path, LlamaLikeConfig())]
 
 
 def vision_tower(out_dir: Path) -> list[Path]:
     """``vision_tower/model.safetensors``: the default config, seed 0, q/k/v apart, by name."""
     from loadkit.checkpoint.writer import save_in_order
-    from loadkit.models.vision_tower import DATA_DIR_NAME, VisionTowerConfig, make_checkpoint
+    from loadkit.models.vision_tower import VisionTowerConfig, make_checkpoint
 
-    path = Path(out_dir) / DATA_DIR_NAME / "model.safetensors"
+    path = Path(out_dir) / "vision_tower" / "model.safetensors"
     tensors = make_checkpoint(VisionTowerConfig(), seed=0)
     return [save_in_order(path, tensors, metadata={"loadkit": "vision-tower"})]
 

@@ -12,6 +12,7 @@ Modes:
 - ``"ranges"``: the above;
 - ``"no-ranges"``: ignores Range, 200 with the whole file;
 - ``"slow"``: waits ``delay`` seconds before answering;
+- ``"trickle"``: answers at once, then sends the body one byte every ``delay`` seconds;
 - ``"redirect-loop"``: every path redirects to another that redirects back;
 - ``"redirect"``: every path but ``/real/...`` redirects there once (as the hub's ``resolve``
   URLs redirect to a CDN);
@@ -75,8 +76,16 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             sent = 0
             try:
-                self.wfile.write(body)
-                sent = len(body)
+                if server.mode == "trickle":
+                    for i in range(len(body)):
+                        if server.stopping.wait(server.delay):
+                            break
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        sent += 1
+                else:
+                    self.wfile.write(body)
+                    sent = len(body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client closed the connection (it refused the answer)
             server.log.append(Served(self.path, rng, status, sent))
@@ -99,11 +108,10 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if not file.is_file() or not file.resolve().is_relative_to(server.folder.resolve()):
                 body = b"not found"
                 return self._send(404, body, {"Content-Length": str(len(body))})
-            data = file.read_bytes()
-            size = len(data)
+            size = file.stat().st_size
             asked = _RANGE.fullmatch(self.headers.get("Range", "").strip())
             if asked is None or mode == "no-ranges":
-                return self._send(200, data, {"Content-Length": str(size)})
+                return self._send(200, file.read_bytes(), {"Content-Length": str(size)})
             first = int(asked.group(1))
             last = int(asked.group(2)) if asked.group(2) else None
             rng = (first, last)
@@ -113,13 +121,15 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             end = size - 1 if last is None else min(last, size - 1)
             if mode == "wrong-range":
                 first, end = first + 1, min(end + 1, size - 1)
-            body = data[first : end + 1]
+            with open(file, "rb") as f:  # only the range: a sparse 100 GB file costs nothing
+                f.seek(first)
+                body = f.read(end + 1 - first)
             headers = {"Content-Range": f"bytes {first}-{end}/{size}"}
-            if mode == "long-body":
-                body = data[first : end + 1 + 100] + b"x" * 100
+            if mode in ("long-body", "long-body-unannounced"):
+                body += b"x" * 200
                 headers["Content-Length"] = str(len(body))
-            elif mode == "long-body-unannounced":
-                body = data[first : end + 1 + 100] + b"x" * 100
+            if mode == "long-body-unannounced":
+                del headers["Content-Length"]
                 self.close_connection = True
                 headers["Connection"] = "close"
             else:

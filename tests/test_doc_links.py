@@ -308,3 +308,13 @@ def test_every_test_the_documents_name_exists():
     }
     assert len(named) > 10
     assert sorted(named - defined) == []
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/inspect.md"])
+def test_the_built_in_models_are_listed_as_the_registry_has_them(name):
+    from loadkit.models.registry import BUILTIN
+
+    text = " ".join((REPO / name).read_text().split())
+    listing = re.search(r"`gemma4-like`(?:,? (?:and )?`[\w-]+`)*", text)
+    assert listing is not None
+    assert re.findall(r"`([\w-]+)`", listing.group(0)) == list(BUILTIN)

@@ -39,6 +39,30 @@ from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES, torch_shape
 from loadkit.errors import HeaderProblem as HeaderProblem  # raised here; defined with the others
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit
+
+
+def oversized_length(head: bytes, n: int, size: int) -> str:
+    """What to say of a ``size``-byte file whose first 8 bytes read as a header length ``n``
+    over the limit. Past the file's end too, they cannot be a header length: no safetensors
+    file at all (a text file named ``x.safetensors`` reads as 8e18 bytes).
+
+    Example:
+        >>> oversized_length(b"hello, t", int.from_bytes(b"hello, t", "little"), 37)[:58]
+        "not a safetensors file: its first 8 bytes are text ('hello"
+    """
+    if n <= size - 8:  # a header really that long: the library refuses it
+        return f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
+    if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        first = "are text (" + repr(head.decode("ascii")) + ")"
+    else:
+        first = "are " + head.hex(" ")
+    return (
+        f"not a safetensors file: its first 8 bytes {first}, which as a header length read "
+        f"{n} bytes: more than the file's {size}, and that exceeds the safetensors limit of "
+        f"{MAX_HEADER_BYTES}"
+    )
+
+
 MAX_ENTRY_CHARS = 1 << 20  # loadkit's own limit on one tensor's entry (safetensors has none)
 MAX_DEPTH = 127  # serde_json's recursion limit: nested arrays and objects, the root included
 U64_MAX = (1 << 64) - 1

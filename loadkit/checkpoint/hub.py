@@ -39,7 +39,7 @@ __all__ = ["PATTERNS", "Snapshot", "parse_repo_id", "repo_folder", "resolve_snap
 PATTERNS = ["*.safetensors", "*.safetensors.index.json", "config.json"]
 _REPO_ID = re.compile(r"([\w.-]+/[\w.-]+)(?:@(\S+))?")
 _REPO_FOLDER = "models--"  # huggingface_hub's prefix of a model repo's folder in its cache
-INSTALL_HINT = "pip install huggingface_hub"
+INSTALL_HINT = "pip install 'loadkit[hf]', or huggingface_hub alone"
 
 
 class Snapshot(NamedTuple):
@@ -92,11 +92,6 @@ def repo_folder(path: str) -> tuple[str, str] | None:
     return repo_id, os.path.dirname(os.path.abspath(path))
 
 
-def default_cache(text: str = "repo id") -> str:
-    """The cache huggingface_hub reads (``HF_HUB_CACHE``, ``HF_HOME``/hub or the default)."""
-    return str(_hub(text).constants.HF_HUB_CACHE)
-
-
 def resolve_snapshot(
     repo_id: str, revision: str | None = None, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> Snapshot:
@@ -118,12 +113,13 @@ def resolve_snapshot(
     """
     shown = repo_id + (f"@{revision}" if revision else "")
     hub = _hub(shown)
-    from huggingface_hub.errors import (
-        HFValidationError,
-        IncompleteSnapshotError,
-        LocalEntryNotFoundError,
-    )
+    from huggingface_hub import errors
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
     from huggingface_hub.file_download import repo_folder_name
+
+    # huggingface_hub 1.22 and later tell a partial snapshot (from the revision's cached file
+    # listing); before, snapshot_download returns it as it is, and only its index can tell.
+    incomplete = getattr(errors, "IncompleteSnapshotError", None)
 
     cache = os.fspath(cache_dir) if cache_dir is not None else str(hub.constants.HF_HUB_CACHE)
     try:
@@ -145,10 +141,11 @@ def resolve_snapshot(
                 local_files_only=True,
                 allow_patterns=PATTERNS,
             )
-        except IncompleteSnapshotError as exc:
-            folder = exc.snapshot_path
-        except LocalEntryNotFoundError:
-            folder, note = _fallback(hub, shown, repo_id, asked, revision, storage)
+        except LocalEntryNotFoundError as exc:
+            if incomplete is not None and isinstance(exc, incomplete):
+                folder = exc.snapshot_path
+            else:
+                folder, note = _fallback(hub, shown, repo_id, asked, revision, storage)
     except HFValidationError as exc:
         raise CheckpointError(
             shown, f"no such file or folder (nor a repo id huggingface_hub accepts: {exc})"
@@ -202,8 +199,11 @@ def _lacking(
 ) -> tuple[str, ...]:
     """Files of ``PATTERNS`` that the cached tree listing of ``commit`` names and the snapshot
     folder does not hold (``()`` when no listing is cached: then nothing is known to lack)."""
-    from huggingface_hub.errors import CachedRepoTreeNotFoundError
     from huggingface_hub.utils import filter_repo_objects
+
+    if not hasattr(hub, "get_cached_repo_tree"):  # before huggingface_hub 1.23: no listing kept
+        return ()
+    from huggingface_hub.errors import CachedRepoTreeNotFoundError
 
     try:
         tree = hub.get_cached_repo_tree(repo_id, revision=commit, cache_dir=cache)

@@ -14,6 +14,14 @@ folder), keeps the tensors a loader following the index would read, and lists:
 - ``unindexed shard``: a ``*.safetensors`` file the index does not name (a note, not a failure:
   loaders following the index never read it, and repositories often ship one).
 
+Each problem has a ``severity``, from what loaders do with the index (vLLM 0.28.0 reads every
+tensor of every file the index names, and raises for a named file that is missing; transformers
+likewise opens every named shard): ``fails`` where a tensor cannot be read (a missing or
+unreadable shard, a listed key no readable listed shard holds, a key stored twice with two
+shapes: one copy cannot fit), ``inconsistent`` where every
+tensor still loads (a key in another listed shard than the index says, a key the index does not
+list, a key in two shards, a wrong ``total_size``), ``note`` for an unindexed shard.
+
 A folder without an index is read the same way (every ``*.safetensors`` is a shard): a key in two
 shards and an unreadable shard are collected too. Only when no shard can be read at all does it
 raise. Torch-free.
@@ -44,11 +52,13 @@ class IndexProblem(NamedTuple):
     key: str | None
     message: str  # says where the key really is
     found_in: tuple[str, ...] = ()  # the shards (file names) that hold the key
+    severity: str = "inconsistent"  # "fails" (a tensor cannot be read), "inconsistent", "note"
+    listed: str | None = None  # the shard the index names for the key
 
     @property
     def fails(self) -> bool:
-        """Does it make the checkpoint inconsistent (all but the ``unindexed shard`` note)?"""
-        return self.kind != "unindexed shard"
+        """Can a tensor not be read (a loader following the index fails)?"""
+        return self.severity == "fails"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +66,8 @@ class IndexProblem(NamedTuple):
             "key": self.key,
             "message": self.message,
             "found_in": list(self.found_in),
+            "listed": self.listed,
+            "severity": self.severity,
             "fails": self.fails,
         }
 
@@ -145,7 +157,11 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
             lost = [k for k, s in weight_map.items() if s == shard]
             what = f" ({len(lost)} indexed keys lost: {', '.join(lost[:3])}" if lost else ""
             what += ", ...)" if len(lost) > 3 else (")" if lost else "")
-            problems.append(IndexProblem("unreadable shard", None, f"{exc}{what}", (shard,)))
+            # an unindexed one is never read by a loader: a note
+            severity = "fails" if shard in indexed else "note"
+            problems.append(
+                IndexProblem("unreadable shard", None, f"{exc}{what}", (shard,), severity, shard)
+            )
     readable = [s for s in indexed if s in headers]
     if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
         what = "no shard the index names" if has_index else "no *.safetensors file in it"
@@ -165,7 +181,7 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
             tensors[name] = info
             if has_index and name not in weight_map:
                 msg = f"shard '{shard}' holds it, but the index does not list it"
-                problems.append(IndexProblem("not in index", name, msg, (shard,)))
+                problems.append(IndexProblem("not in index", name, msg, (shard,), listed=None))
     for name, shards in located.items():
         if len(shards) < 2:  # nearly every key: one shard holds it
             continue
@@ -181,6 +197,9 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
                     f"stored in {' and '.join(read)}{said}{differ}: a loader reads every copy, "
                     "and the last one wins",
                     tuple(read),
+                    # one copy of the two shapes cannot fit the parameter: the load fails
+                    "fails" if len(shapes) > 1 else "inconsistent",
+                    weight_map.get(name),
                 )
             )
     stored = sum(t.nbytes for t in tensors.values())
@@ -201,6 +220,7 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
                 None,
                 f"'{shard}' ({n} tensors) is not named by the index: loaders never read it",
                 (shard,),
+                "note",
             )
         )
     files = [str(p / s) for s in readable]
@@ -217,15 +237,19 @@ def _index_vs_shards(
     """Index entries whose shard is missing, or does not hold the key."""
     problems = []
     exists = {shard: os.path.lexists(p / shard) for shard in indexed}  # one stat per shard
+    read = {shard for shard in indexed if shard in headers}  # what a loader reads
     for key, shard in weight_map.items():
-        if not exists[shard]:
+        if not exists[shard]:  # vLLM raises for it (FileNotFoundError), whatever holds the key
             where = located.get(key, [])
             msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
-            problems.append(IndexProblem("missing shard", key, msg, tuple(where)))
+            problems.append(IndexProblem("missing shard", key, msg, tuple(where), "fails", shard))
         elif shard in headers and key not in headers[shard]:
             where = located.get(key, [])
             msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
-            problems.append(IndexProblem("wrong shard", key, msg, tuple(where)))
+            if where and not read.intersection(where):
+                msg += ", which loaders never read (the index does not name it)"
+            severity = "inconsistent" if read.intersection(where) else "fails"
+            problems.append(IndexProblem("wrong shard", key, msg, tuple(where), severity, shard))
     return problems
 
 

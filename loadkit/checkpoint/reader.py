@@ -21,6 +21,7 @@ from loadkit.checkpoint.header import (
     HeaderProblem,
     TruncatedData,
     check_layout,
+    oversized_length,
     parse_header,
     parse_metadata,
 )
@@ -80,9 +81,7 @@ def read_safetensors_header(
             )
         n = int.from_bytes(head, "little")
         if n > MAX_HEADER_BYTES:
-            raise HeaderError(
-                file, f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
-            )
+            raise HeaderError(file, oversized_length(head, n, size))
         if n > size - 8:
             raise TruncatedCheckpointError(
                 file, f"header claims {n} bytes but only {size - 8} follow the length field"

@@ -12,7 +12,7 @@ answer within the timeout, a 404 (or any other error status), a redirect loop, a
 ignores ``Range`` (it answers 200 with the whole file: the connection is closed at once, the data
 never read), a ``Content-Range`` that is not the range asked for, or a body longer than asked for.
 Only ``http`` and ``https`` are followed, redirects included. The standard library only (urllib);
-the usual proxy variables apply.
+the usual proxy variables apply, except to the loopback (``127.0.0.1``, ``localhost``).
 
 >>> remote_kind("https://host/org/name/resolve/main/model.safetensors?download=true")
 'file'
@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.header import MAX_HEADER_BYTES
+from loadkit.checkpoint.header import MAX_HEADER_BYTES, oversized_length
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
 from loadkit.checkpoint.shards import INDEX_NAME, MAX_INDEX_BYTES, parse_index, plain_relative
 from loadkit.errors import (
@@ -43,7 +43,7 @@ from loadkit.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from http.client import HTTPResponse
 
     import torch
@@ -53,6 +53,8 @@ __all__ = ["DEFAULT_TIMEOUT", "Fetched", "RemoteCheckpoint", "open_remote", "rem
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, from connecting to its last byte
 MAX_SMALL_FILE_BYTES = 10_000_000  # a file fetched whole beside the weights (config.json)
 _CHUNK = 1 << 16
+_LOOPBACK = ("localhost", "::1")  # and 127.0.0.0/8: never through a proxy
+_START = 4096  # the header's first bytes, checked before the rest is read
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED = re.compile(r"bytes \*/(\d+)")
 
@@ -147,10 +149,12 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 class _Client:
     """One opener for every request of one checkpoint, with the timeout and the tally."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, *, direct: bool = False) -> None:
         self.timeout = timeout
         self.fetched = Fetched()
-        self.opener = urllib.request.build_opener(_Redirects())
+        # The proxy variables apply, except to this machine's own loopback (``direct``).
+        handlers = [urllib.request.ProxyHandler({})] if direct else []
+        self.opener = urllib.request.build_opener(_Redirects(), *handlers)
 
     def _open(self, url: str, headers: dict[str, str]) -> HTTPResponse:
         request = urllib.request.Request(
@@ -175,12 +179,23 @@ class _Client:
         except ValueError as exc:  # http.client.InvalidURL, a control character in the URL
             raise CheckpointError(url, f"not a valid URL ({exc})") from None
 
-    def _body(self, url: str, response: HTTPResponse, limit: int, deadline: float) -> bytearray:
+    def _body(
+        self,
+        url: str,
+        response: HTTPResponse,
+        limit: int,
+        deadline: float,
+        check_start: Callable[[bytearray], None] | None = None,
+    ) -> bytearray:
         """At most ``limit + 1`` bytes of the body (one more says it is longer), each read
-        bounded by the timeout and all of them by ``deadline``."""
+        bounded by the timeout and all of them by ``deadline``; ``check_start`` sees the first
+        ``_START`` bytes (or all, if fewer) as soon as they are in, and may refuse them."""
         out = bytearray()
         try:
             while len(out) <= limit:
+                if check_start is not None and len(out) >= min(_START, limit):
+                    check_start(out[:_START])
+                    check_start = None
                 if time.monotonic() > deadline:
                     raise CheckpointError(
                         url, f"no complete answer within {self.timeout:g} s (got {len(out)} bytes)"
@@ -192,6 +207,8 @@ class _Client:
                 self.fetched.bytes += len(chunk)
         except (OSError, http.client.HTTPException) as exc:
             raise CheckpointError(url, _network_problem(exc, self.timeout)) from None
+        if check_start is not None:
+            check_start(out[:_START])
         return out
 
     def get(self, url: str, limit: int) -> bytes:
@@ -201,8 +218,15 @@ class _Client:
         with self._open(url, {}) as response:
             return bytes(self._body(url, response, limit, deadline))
 
-    def get_range(self, url: str, start: int, length: int) -> tuple[bytearray, int]:
-        """Bytes ``start .. start+length-1`` and the file's total size, by a Range request."""
+    def get_range(
+        self,
+        url: str,
+        start: int,
+        length: int,
+        check_start: Callable[[bytearray], None] | None = None,
+    ) -> tuple[bytearray, int]:
+        """Bytes ``start .. start+length-1`` and the file's total size, by a Range request
+        (``check_start``: as for ``_body``)."""
         deadline = time.monotonic() + self.timeout
         end = start + length - 1
         response = self._open(url, {"Range": f"bytes={start}-{end}"})
@@ -236,7 +260,7 @@ class _Client:
                     f"asked for {length} bytes ({start}-{end}), the server announces a body of "
                     f"{int(declared)} bytes",
                 )
-            body = self._body(url, response, length, deadline)
+            body = self._body(url, response, length, deadline, check_start)
         if len(body) > length:
             raise CheckpointError(
                 url, f"asked for {length} bytes ({start}-{end}), the server sent more"
@@ -278,9 +302,7 @@ def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str 
         )
     n = int.from_bytes(head, "little")
     if n > MAX_HEADER_BYTES:
-        raise HeaderError(
-            url, f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
-        )
+        raise HeaderError(url, oversized_length(bytes(head), n, size))
     if n > size - 8:
         raise TruncatedCheckpointError(
             url, f"header claims {n} bytes but only {size - 8} follow the length field"
@@ -288,8 +310,8 @@ def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str 
     if n == 0:
         raw = bytearray()
     else:
-        raw, _ = client.get_range(url, 8, n)
-        check_header_start(url, raw[:4096])
+        # the start first: a header that is not an object is refused before 100 MB arrive
+        raw, _ = client.get_range(url, 8, n, lambda start: check_header_start(url, start))
     return decode_header(url, raw, size - 8 - n)
 
 
@@ -343,7 +365,8 @@ def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoi
         <Fetched 1250 of 4194562 bytes in 2 requests>
     """
     kind = remote_kind(url)
-    client = _Client(timeout)
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    client = _Client(timeout, direct=host in _LOOPBACK or host.startswith("127."))
     if kind == "file":
         files, weight_map = [url], None
     else:

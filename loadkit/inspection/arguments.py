@@ -30,6 +30,8 @@ examples:
   python -m loadkit inspect model.safetensors
   python -m loadkit inspect path/to/folder --model plamo2
   python -m loadkit inspect path/to/hf-checkpoint --model hf
+  python -m loadkit inspect org/name@main --model hf
+  python -m loadkit inspect https://host/path/model.safetensors.index.json
   python -m loadkit inspect ckpt.safetensors --model mypkg.models:build --json
   python -m loadkit inspect bert --model mypkg:classifier --model-arg num_labels=3 \\
       --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
@@ -126,7 +128,8 @@ def _add_inputs(inspect: argparse.ArgumentParser) -> None:
         "checkpoint",
         metavar="CHECKPOINT",
         help="a .safetensors file, a folder of shards, or a folder with "
-        "model.safetensors.index.json",
+        "model.safetensors.index.json; or a Hugging Face repo id (org/name[@revision], from the "
+        "local cache), or an http(s) URL of a .safetensors file or an index (headers only)",
     )
     inspect.add_argument(
         "--model",
@@ -217,6 +220,20 @@ def _add_rules(inspect: argparse.ArgumentParser) -> None:
         help="any dtype cast fails the load (by default only incompatible casts do: float into "
         "int, ...)",
     )
+    inspect.add_argument(
+        "--loader",
+        choices=("all", "vllm", "transformers"),
+        default="all",
+        help="whose verdict decides the exit status: vllm (the model's vLLM loading code; "
+        "--model hf: vLLM's Transformers backend), transformers (--model hf only: "
+        "PreTrainedModel.from_pretrained), or all the model has (default)",
+    )
+    inspect.add_argument(
+        "--strict-index",
+        action="store_true",
+        help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "
+        "in another shard than it says, a key it does not list, a wrong total_size)",
+    )
     rules.add_argument(
         "--probe",
         action="store_true",
@@ -282,5 +299,7 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
         model_args=dict(args.model_args),
         probe=True if args.probe else None,
         tp=args.tp,
+        strict_index=args.strict_index,
+        loader=args.loader,
     )
     return InspectCommand(options, json=args.json, limit=args.limit, debug=args.debug)

@@ -12,6 +12,8 @@ order this module defines them:
    unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
    then traces the mapper the load used;
 5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load;
+   ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
+   transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
 6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
 7. the report (``loadkit.inspection.report.InspectReport``) holds the records.
 
@@ -39,8 +41,10 @@ if TYPE_CHECKING:
     from torch import nn
 
     from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import ModelSummary
     from loadkit.inspection.simulate import DryLoad
+    from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling.probe import ProbeVerdict
@@ -57,7 +61,9 @@ def inspect_checkpoint(
     probe: bool | None = None,
     suggest: bool = True,
     tp: int | None = None,
+    strict_index: bool = False,
     timeout: float | None = None,
+    loader: str = "all",
 ) -> InspectReport:
     """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
 
@@ -78,9 +84,13 @@ def inspect_checkpoint(
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        strict_index: an inconsistent index (every tensor still loads) fails the report too.
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
         timeout: seconds each request to a remote checkpoint may take.
+        loader: whose verdict decides ``clean``: ``"vllm"``, ``"transformers"`` (a model built
+            from a transformers class, ``--model hf``: ``PreTrainedModel.from_pretrained``,
+            simulated header-only) or ``"all"`` (every loader the model has).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -103,7 +113,9 @@ def inspect_checkpoint(
         probe=probe,
         suggest=suggest,
         tp=tp,
+        strict_index=strict_index,
         timeout=timeout,
+        loader=loader,
     )
     return inspect(options)
 
@@ -121,14 +133,27 @@ def inspect(options: InspectOptions) -> InspectReport:
     if options.model is None:
         if options.tp is not None:
             raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
-        return InspectReport(read.summary, names.report)
+        return InspectReport(read.summary, names.report, strict_index=options.strict_index)
     built = build(options, read, names)
     probe = probe_prefixes(options, read, built)
     loaded = load(options, read, built, names)
     mapper = trace_mapper(read, built, loaded, names)
     fix = suggest_fixes(options, read, built, loaded)
+    verdicts = judge_loaders(options, read, built, loaded)
     plan = plan_tensor_parallel(options, read)
-    return InspectReport(read.summary, mapper, built.summary, probe, loaded.report, plan, fix)
+    return InspectReport(
+        read.summary,
+        mapper,
+        built.summary,
+        probe,
+        loaded.report,
+        plan,
+        fix,
+        options.strict_index,
+        verdicts.loaders,
+        verdicts.selected,
+        verdicts.from_pretrained,
+    )
 
 
 # --- the records the steps pass on ----------------------------------------------------------------
@@ -171,6 +196,16 @@ class BuiltModel:
     @property
     def cls(self) -> str:
         return type(self.module).__name__
+
+
+@dataclass(frozen=True)
+class LoaderVerdicts:
+    """Step 5: one verdict per loader the model has, those ``selected`` deciding ``clean``;
+    ``from_pretrained``: the transformers loader's own lists (a transformers model only)."""
+
+    loaders: dict[str, LoaderVerdict]
+    selected: tuple[str, ...]
+    from_pretrained: FromPretrained | None
 
 
 # --- the steps, in order --------------------------------------------------------------------------
@@ -298,6 +333,34 @@ def suggest_fixes(
         ).report
 
     return suggest_fix(loaded.report, loaded.mapper, retry)
+
+
+def judge_loaders(
+    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
+) -> LoaderVerdicts:
+    """``vllm``'s verdict from the dry load, and for a model built from a transformers class
+    ``transformers``'s (``from_pretrained``, simulated on meta), when ``options.loader`` asks."""
+    from loadkit.inspection.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    available = available_loaders(built.module)
+    selected = select_loaders(options.loader, available)
+    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary)}
+    from_pretrained = None
+    if TRANSFORMERS in selected:
+        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        from_pretrained = from_pretrained_verdict(config, read.infos)
+        verdicts[TRANSFORMERS] = transformers_verdict(from_pretrained, read.summary)
+    loaders = {n: verdicts[n] for n in available if n in verdicts}
+    return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
 def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:

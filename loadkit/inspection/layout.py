@@ -138,19 +138,19 @@ class LayoutNode:
         rows: list[tuple[int, str, LayoutNode | None]] = []
         _child_rows(self, 0, rows, max_children, max_depth)
         width = max((2 * d + len(label) for d, label, _ in rows), default=0)
+        counts = {id(node): _count(node) for _, _, node in rows if node is not None}
+        words = max((len(w) for _, w in counts.values()), default=0)
         lines = []
         for depth, label, node in rows:
             if node is None:  # an elision row
                 lines.append("  " * depth + label)
                 continue
             text = ("  " * depth + label).ljust(width)
-            times = f" x{node.instances}" if node.instances > 1 else ""
             dt = ", ".join(f"{k} {v}" for k, v in sorted(node.dtypes.items()))
-            unit = "tensor " if node.tensors == 1 else "tensors"
+            n, what = counts[id(node)]
             shape = f"  {node.shape_text()}" if node.is_tensor else ""
             lines.append(
-                f"{text}  {node.tensors:>6} {unit}{times:<5} {format_bytes(node.nbytes):>10}  {dt}"
-                + shape
+                f"{text}  {n:>6} {what:<{words}} {format_bytes(node.nbytes):>10}  {dt}" + shape
             )
         return "\n".join(lines)
 
@@ -206,6 +206,22 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 def _places(places: list[str], limit: int = 4) -> str:
     shown = ", ".join(places[:limit])
     return shown + (f" (and {len(places) - limit} more)" if len(places) > limit else "")
+
+
+_LAYERS = ("layer", "layers", "h", "block", "blocks")
+
+
+def _count(node: LayoutNode) -> tuple[int, str]:
+    """The count column: ``(96, "tensors")``, or for a fold ``(6, "layers x 16 tensors")``
+    (``"6 layers, 95 tensors"`` when the instances do not hold alike many)."""
+    if node.instances <= 1:
+        return node.tensors, "tensor" if node.tensors == 1 else "tensors"
+    head = node.path.rpartition("{")[0].rstrip(".").rpartition(".")[2]  # layer.{0-5}: layer
+    noun = "layers" if head in _LAYERS else (head if head.endswith("s") else "instances")
+    per, rest = divmod(node.tensors, node.instances)
+    if rest:
+        return node.instances, f"{noun}, {node.tensors} tensors in all"
+    return node.instances, f"{noun} x {per} tensor{'s' if per != 1 else ''}"
 
 
 def _rows(

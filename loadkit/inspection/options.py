@@ -93,7 +93,9 @@ class InspectOptions:
     rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's path) replacing
     the model's, shown under ``mapper_label``; ``probe`` ``None``: the pooling probe only for a
     pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks;
-    ``timeout``: seconds each request to a remote checkpoint may take.
+    ``strict_index``: an inconsistent index fails the report too; ``timeout``: seconds each
+    request to a remote checkpoint may take; ``loader``: whose verdict decides ``clean``
+    (``"vllm"``, ``"transformers"`` or ``"all"``).
 
     Example:
         >>> options = InspectOptions("ck.safetensors", model="plamo2", tp=2)
@@ -110,4 +112,6 @@ class InspectOptions:
     probe: bool | None = None
     suggest: bool = True
     tp: int | None = None
+    strict_index: bool = False
     timeout: float | None = None
+    loader: str = "all"

@@ -14,16 +14,6 @@ from typing import Any
 from loadkit.inspection.options import LoadRules
 from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
 
-# Short names of the statuses a report uses (``loadkit.vocab.Status`` members, not copies).
-LOADED, SKIPPED, IGNORED = Status.LOADED, Status.SKIPPED, Status.IGNORED
-DROPPED, DELEGATED, UNCONSUMED = Status.MAPPER_DROPPED, Status.DELEGATED, Status.UNCONSUMED
-UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR = (
-    Status.UNEXPECTED,
-    Status.SHAPE_MISMATCH,
-    Status.LOAD_ERROR,
-)
-
-
 # --- the model sections (filled in by the dry load) ----------------------------------------
 
 
@@ -177,14 +167,25 @@ class LoadReport:
 
     def problems(self) -> list[str]:
         c = self.counts()
-        out = [f"{c[s]} {s}" for s in (UNEXPECTED, SHAPE_MISMATCH, LOAD_ERROR, UNCONSUMED) if c[s]]
+        out = [
+            f"{c[s]} {s}"
+            for s in (
+                Status.UNEXPECTED,
+                Status.SHAPE_MISMATCH,
+                Status.LOAD_ERROR,
+                Status.UNCONSUMED,
+            )
+            if c[s]
+        ]
         if self.failing_missing:
-            out.append(f"{len(self.failing_missing)} model tensor(s) never filled")
+            n = len(self.failing_missing)
+            out.append(f"{n} model tensor{'s' if n != 1 else ''} never filled")
         bad = sum(d.incompatible for d in self.dtype_casts)
         if bad:
-            out.append(f"{bad} incompatible dtype cast(s)")
+            out.append(f"{bad} incompatible dtype cast{'s' if bad != 1 else ''}")
         if self.rules.strict_dtype and len(self.dtype_casts) > bad:
-            out.append(f"{len(self.dtype_casts) - bad} dtype cast(s) (--strict-dtype)")
+            n = len(self.dtype_casts) - bad
+            out.append(f"{n} dtype cast{'s' if n != 1 else ''} (--strict-dtype)")
         if not self.complete:
             out.append("simulation stopped early")
         if self.failure is not None:

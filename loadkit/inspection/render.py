@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
+    from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import LoadReport, Missing, ModelSummary, Unexpected
+    from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
@@ -33,6 +35,10 @@ class Report(Protocol):
     load: LoadReport | None
     fix: SuggestedFix | None
     tensor_parallel: TPReport | None
+    strict_index: bool
+    loaders: dict[str, LoaderVerdict] | None
+    selected_loaders: tuple[str, ...]
+    from_pretrained: FromPretrained | None
 
     @property
     def folded_layout(self) -> LayoutNode: ...
@@ -61,8 +67,9 @@ def _source(source: Source | None) -> list[str]:
     if source.snapshot is not None:
         s = source.snapshot
         lines = [
-            f"  from the Hugging Face cache: {printable(s.repo_id)}, revision "
-            f"{printable(s.revision)}, commit {s.commit}"
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, "
+            f"revision {printable(s.revision)}",
+            f"    commit {printable(s.commit)}",
         ]
         if s.note:
             lines.append(f"    ({printable(s.note)})")
@@ -73,20 +80,22 @@ def _source(source: Source | None) -> list[str]:
     assert f is not None
     share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
     return [
-        f"  read header-only over HTTP: {f.requests} requests fetched {f.bytes} bytes "
-        f"({format_bytes(f.bytes)}) of the {format_bytes(f.size)} it names{share}"
+        f"  header-only over HTTP: {f.requests} requests, {f.bytes} bytes fetched "
+        f"({format_bytes(f.bytes)}) of {format_bytes(f.size)}{share}"
     ]
 
 
-def _checkpoint(r: Report) -> list[str]:
+def _checkpoint(r: Report, limit: int) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
     lines = [
         f"checkpoint  {printable(c.path)}",
         *_source(c.source),
-        f"  {len(c.files)} file(s), {n} tensors, {format_bytes(c.total_bytes)}",
+        f"  {_plural(len(c.files), 'file')}, {_plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
         "  dtypes  "
-        + ", ".join(f"{d} {k} tensors ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()),
+        + ", ".join(
+            f"{d} {_plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
+        ),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
@@ -96,16 +105,41 @@ def _checkpoint(r: Report) -> list[str]:
         ]
         lines.append(table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)))
     if c.problems:
-        failing = len(c.failing)
-        lines.append(
-            f"  index problems ({failing})"
-            + (": none" if not failing else "")
-            + ("" if failing == len(c.problems) else f", notes ({len(c.problems) - failing})")
-        )
-        for p in c.problems:
-            what = f"'{printable(p.key)}': " if p.key else ""
-            lines.append(f"    {p.kind}: {what}{printable(p.message)}")
+        lines += _index_problems(c, limit)
     return lines
+
+
+_SEVERITY = {"fails": 0, "inconsistent": 1, "note": 2}
+
+
+def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
+    """Index problems grouped by kind, shard and what they say (one missing shard of 52 keys is
+    one row), those that stop the load first, at most ``limit`` rows."""
+    failing, inconsistent = len(c.failing), len(c.inconsistent)
+    notes = len(c.problems) - failing - inconsistent
+    head = f"  index problems ({failing + inconsistent})"
+    if failing:
+        head += f": {failing} stop the load (a tensor cannot be read)"
+        head += f", {inconsistent} inconsistent (every tensor still loads)" if inconsistent else ""
+    elif inconsistent:
+        head += ": loads; the index is inconsistent"
+    else:
+        head += ": none"
+    lines = [head + (f"; {_plural(notes, 'note')}" if notes else "")]
+    groups: dict[tuple[int, str, str, tuple[str, ...]], list[str | None]] = {}
+    for p in c.problems:
+        key = (_SEVERITY.get(p.severity, 1), p.kind, p.message, p.found_in)
+        groups.setdefault(key, []).append(p.key)
+    rows = []
+    for (_, what_kind, message, _), keys in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        named = [k for k in keys if k is not None]
+        if len(keys) == 1:
+            what = f"'{printable(named[0])}': " if named else ""
+            rows.append(f"    {what_kind}: {what}{printable(message)}")
+            continue
+        shown = _names(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
+        rows.append(f"    {what_kind}, {len(keys)} keys, each: {printable(message)}\n      {shown}")
+    return lines + _capped(rows, len(rows), limit)
 
 
 def _mapper(r: Report, limit: int) -> list[str]:
@@ -118,6 +152,18 @@ def _mapper(r: Report, limit: int) -> list[str]:
     ]
     if m.note:
         lines.append(f"  note: {printable(m.note)}")
+    for again in m.rematches:
+        lines.append(
+            f"  warning: stacked rule {again.then!r} matches inside the output of stacked rule "
+            f"{again.first!r} (vLLM 0.28.0 tries every stacked rule in turn): "
+            f"{printable(again.name)} -> {printable(str(again.result))}"
+        )
+        lines.append(
+            "           this mapper maps it once (behaviour='new')"
+            if m.behaviour == "new"
+            else f"           try {again.then!r} before {again.first!r}, or WeightsMapper(..., "
+            "behaviour='new')"
+        )
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"
@@ -239,13 +285,18 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
 
 
 def _load(
-    load: LoadReport, root: str, limit: int, fix: SuggestedFix | None, majority: str | None
+    load: LoadReport,
+    root: str,
+    limit: int,
+    fix: SuggestedFix | None,
+    majority: str | None,
+    loader: str = "",
 ) -> list[str]:
     c = load.counts()
     passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
     allowed = len(load.missing) - len(load.failing_missing)
     lines = [
-        f"load  (simulated on the meta device, {passes})",
+        f"load  ({loader}simulated on the meta device, {passes})",
         f"  checkpoint {len(load.keys)} keys: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
         f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing"
         + (f" ({allowed} allowed by --allow-missing)" if allowed else ""),
@@ -343,12 +394,63 @@ def _other_keys(load: LoadReport, limit: int) -> list[str]:
     return _section("other keys, not loaded", rows, total, limit)
 
 
+def _headline(r: Report) -> str | None:
+    """Every selected loader's verdict side by side, for a model with more than one loader
+    (one line per loader when they do not fit on one)."""
+    if not r.loaders or len(r.loaders) < 2:
+        return None
+    from loadkit.fmt import WIDTH, wrap
+    from loadkit.inspection.loaders import headline
+
+    verdicts = [r.loaders[n] for n in r.selected_loaders]
+    line = printable(headline(verdicts))
+    if len(line) + len("verdict: ") <= WIDTH:
+        return line
+    return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
+
+
+def _transformers(fp: FromPretrained, limit: int) -> list[str]:
+    """The ``transformers`` loader's section: what ``from_pretrained`` would report."""
+    verdict = "would load cleanly" if fp.clean else "would NOT load"
+    lines = [
+        f"transformers  {fp.cls}.from_pretrained, simulated on the meta device",
+        f"  transformers {fp.transformers_version}: {verdict}",
+    ]
+    if fp.renamed:
+        rows = [f"    {printable(k)} -> {printable(v)}" for k, v in fp.renamed.items()]
+        lines.append(f"  keys transformers renames ({len(rows)})")
+        lines += _capped(rows, len(rows), limit)
+    for title, names in (
+        ("unexpected keys", list(fp.unexpected)),
+        ("missing: model tensors never filled", list(fp.missing)),
+    ):
+        lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
+        lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
+    raises = "" if fp.ignore_mismatched_sizes else ": from_pretrained raises"
+    lines.append(
+        f"  shape mismatches ({len(fp.mismatched)})"
+        + ((raises if fp.mismatched else "") or ("" if fp.mismatched else ": none"))
+    )
+    rows = [
+        f"    {printable(m.name)}  checkpoint {list(m.checkpoint_shape)}, model "
+        f"{list(m.model_shape)}"
+        for m in fp.mismatched
+    ]
+    lines += _capped(rows, len(rows), limit)
+    for e in fp.errors:
+        lines.append(f"  error: {printable(e)}")
+    return lines
+
+
 def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -> str:
     """The report as text: the sections in order, each list capped at ``limit`` rows."""
     lines: list[str] = []
+    head = _headline(r)
+    if head is not None:  # which loaders would load it, before anything else
+        lines += [head, ""]
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
-    lines += _checkpoint(r)
+    lines += _checkpoint(r, limit)
     lines += ["", *_layout(r, limit, max_depth)]
     if r.mapper is not None:
         lines += ["", *_mapper(r, limit)]
@@ -364,10 +466,14 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         dtypes = r.checkpoint.dtypes
         major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
         majority = _torch_name(major) if major else None
-        lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
+        # With two loaders this section is vLLM's: say so (the transformers one follows).
+        loader = "vllm loader: " if head is not None else ""
+        lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority, loader)]
+    if r.from_pretrained is not None:
+        lines += ["", *_transformers(r.from_pretrained, limit)]
     if r.tensor_parallel is not None:
         lines += ["", *(printable(line) for line in r.tensor_parallel.render(limit))]
-    return "\n".join([*lines, "", *_final_verdict(r)])
+    return "\n".join([*lines, "", *_final_verdict(r, head)])
 
 
 def _layout(r: Report, limit: int, max_depth: int | None) -> list[str]:
@@ -390,19 +496,35 @@ def _model(m: ModelSummary) -> list[str]:
     return lines + (_backend(m.backend) if m.backend else [])
 
 
-def _final_verdict(r: Report) -> list[str]:
+def _final_verdict(r: Report, head: str | None) -> list[str]:
+    """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
     tp = r.tensor_parallel
     tp_problems = tp.problems() if tp is not None else []
-    if r.clean is None and r.checkpoint.failing:
+    inconsistent = len(r.checkpoint.inconsistent)
+    strict = r.strict_index and inconsistent
+    index = (
+        f"; the index is inconsistent ({_plural(inconsistent, 'problem')} above, every tensor "
+        "still loads)"
+        if inconsistent and not strict
+        else ""
+    )
+    if r.clean is None and (r.checkpoint.failing or strict):
         return [
             f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
             "given, so names were not matched (exit 1)"
         ]
     if r.clean is None:
-        return ["verdict: headers valid; no model given, so names were not matched (exit 0)"]
-    if r.clean and not tp_problems:
+        return [
+            f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
+        ]
+    if head is not None and not tp_problems and not strict:
+        status = f"(exit {0 if r.clean else 1})"
+        if "\n" in head:  # one loader a line, under the word "verdict"
+            return ["verdict:", *("  " + row for row in head.splitlines()), f"  {status}"]
+        return [f"verdict: {head} {status}"]
+    if r.clean and not tp_problems and not strict:
         where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        return [f"verdict: would load cleanly{where} (exit 0)"]
+        return [f"verdict: would load cleanly{where}{index} (exit 0)"]
     lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
         lines.append("         (it would load cleanly with the suggested fix, at the top)")

@@ -17,11 +17,13 @@ from loadkit.inspection.summary import CheckpointSummary, MapperReport
 
 if TYPE_CHECKING:
     from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
 
-SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 4  # docs/inspect.md, "The --json document", says what each version added
 
 
 def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
@@ -50,6 +52,12 @@ class InspectReport:
     load: LoadReport | None = None
     tensor_parallel: TPReport | None = None
     fix: SuggestedFix | None = None  # mapper rules that fix a systematic mismatch, proven
+    strict_index: bool = False  # an inconsistent index fails (exit 1)
+    # One verdict per loader ("vllm", and "transformers" for --model hf), those selected by
+    # --loader deciding ``clean``; ``from_pretrained``: the transformers loader's lists.
+    loaders: dict[str, LoaderVerdict] | None = None
+    selected_loaders: tuple[str, ...] = ("vllm",)
+    from_pretrained: FromPretrained | None = None
     _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, repr=False)
 
     def __repr__(self) -> str:
@@ -77,22 +85,34 @@ class InspectReport:
         """Would the checkpoint load cleanly into the model? ``None`` without a model."""
         if self.load is None:
             return None
+        if self.loaders:
+            return all(self.loaders[n].clean for n in self.selected_loaders)
         return self.load.clean and not self.checkpoint.failing
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: the headers and index are consistent);
-        1: it would not, the index disagrees with the shards, or (with ``tp``) the ranks could
-        not hold it."""
+        """0: loads cleanly (or no model to load into: every tensor the index names can be read),
+        an inconsistent index included (a key in another shard than it says, one it does not
+        list, a wrong ``total_size``); 1: it would not, a tensor cannot be read, (with
+        ``strict_index``) the index is inconsistent, or (with ``tp``) the ranks could not hold
+        it."""
         tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails else 0
+        strict = self.strict_index and bool(self.checkpoint.inconsistent)
+        return 1 if self.clean is False or self.checkpoint.failing or tp_fails or strict else 0
 
     def problems(self) -> list[str]:
         """Short descriptions of what keeps the checkpoint from loading cleanly."""
         out = []
         if self.checkpoint.failing:
-            out.append(f"{len(self.checkpoint.failing)} index problem(s)")
-        out += self.load.problems() if self.load is not None else []
+            n = len(self.checkpoint.failing)
+            out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
+        if self.strict_index and self.checkpoint.inconsistent:
+            n = len(self.checkpoint.inconsistent)
+            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
+        if self.load is not None and "vllm" in self.selected_loaders:
+            out += self.load.problems()
+        if self.from_pretrained is not None and "transformers" in self.selected_loaders:
+            out += [f"transformers: {p}" for p in self.from_pretrained.problems()]
         return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
     def as_dict(self) -> dict[str, Any]:
@@ -106,6 +126,9 @@ class InspectReport:
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
+            "selected_loaders": list(self.selected_loaders),
+            "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
         }

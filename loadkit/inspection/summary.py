@@ -6,7 +6,7 @@ Built by ``loadkit.inspection.inspector`` from the safetensors headers alone; th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -32,8 +32,13 @@ class CheckpointSummary(NamedTuple):
 
     @property
     def failing(self) -> list[IndexProblem]:
-        """The problems that make the checkpoint inconsistent (not mere notes)."""
+        """The index problems a loader following the index fails on (a tensor cannot be read)."""
         return [p for p in self.problems if p.fails]
+
+    @property
+    def inconsistent(self) -> list[IndexProblem]:
+        """The index problems every tensor still loads with (``--strict-index`` fails them)."""
+        return [p for p in self.problems if p.severity == "inconsistent"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +89,8 @@ class MapperReport:
     dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
     unchanged: int
     note: str | None = None
+    rematches: list[Any] = field(default_factory=list)  # loadkit.mapper.Rematch: vLLM 0.28.0's
+    behaviour: str = "old"  # the mapper's stacked stage
 
     def __repr__(self) -> str:
         return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
@@ -106,6 +113,11 @@ class MapperReport:
             "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
             "unchanged": self.unchanged,
             "note": self.note,
+            "behaviour": self.behaviour,
+            "rematches": [
+                {"first": r.first, "then": r.then, "example": r.name, "vllm_0_28_0": r.result}
+                for r in self.rematches
+            ],
         }
 
 

@@ -2,6 +2,7 @@
 
 ``weight_loaders`` (``default_weight_loader``, ``composed_weight_loader``), ``auto_loader``
 (``AutoWeightsLoader``), ``ledger`` (where every name went), ``counting`` (dispatch-mode counters,
-``get_numel_loaded``) and ``meta`` (meta-device stand-ins). ``WeightsMapper`` itself is torch-free
+``get_numel_loaded``), ``tensors`` (what a load fills, by qualified name) and ``meta``
+(meta-device stand-ins). ``WeightsMapper`` itself is torch-free
 and lives in ``loadkit.mapper``.
 """

@@ -21,6 +21,7 @@ from loadkit.errors import (
 )
 from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
 from loadkit.loading.observe import LoadObserver
+from loadkit.loading.tensors import loadable_tensors, qualname
 from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
 from loadkit.mapper import WeightsMapper
 from loadkit.vocab import Status
@@ -35,14 +36,6 @@ ROTARY_EMBEDS_UNUSED_WEIGHTS = (
 )
 
 Item = tuple[str, torch.Tensor, CheckpointEntry]
-
-
-def _qualname(prefix: str, rest: str) -> str:
-    if not prefix:
-        return rest
-    if not rest:
-        return prefix
-    return f"{prefix}.{rest}"
 
 
 class AutoWeightsLoader:
@@ -187,18 +180,10 @@ class AutoWeightsLoader:
             item[2].left_by = prefix
             yield item
 
-    def _loadable_tensors(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        # Parameters, and persistent buffers (BatchNorm running stats among them).
-        out: dict[str, torch.Tensor] = dict(module.named_parameters(recurse=False))
-        for name, buf in module._buffers.items():
-            if buf is not None and name not in module._non_persistent_buffers_set:
-                out.setdefault(name, buf)
-        return out
-
     def _load_param(self, prefix: str, param: torch.Tensor, group: Iterable[Item]) -> Iterator[str]:
         assert self.ledger is not None
         for rest, tensor, entry in group:
-            qual = _qualname(prefix, rest)
+            qual = qualname(prefix, rest)
             rule = self._skip_rule(qual)
             if rule:
                 entry.status, entry.rule = Status.SKIPPED, rule
@@ -232,7 +217,7 @@ class AutoWeightsLoader:
                     )
                 else:
                     for name in loaded:
-                        qual = _qualname(prefix, name)
+                        qual = qualname(prefix, name)
                         self.ledger.param_loaded(qual, via=prefix)
                         yield qual
                 # As upstream, the walk goes on: what the child left of its group (a loader
@@ -240,9 +225,9 @@ class AutoWeightsLoader:
                 items = self._left_by(prefix, items)
 
         children = dict(module.named_children())
-        tensors = self._loadable_tensors(module)
+        tensors = loadable_tensors(module, recurse=False)
         for head, group in self._groupby_prefix(items):
-            qual = _qualname(prefix, head)
+            qual = qualname(prefix, head)
             if head in children:
                 rule = self._skip_rule(qual + ".")
                 if rule:

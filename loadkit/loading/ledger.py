@@ -16,12 +16,10 @@ import torch
 
 from loadkit.fmt import table
 from loadkit.loading.observe import LoadObserver, current_observer
+from loadkit.loading.tensors import named_loadable
 from loadkit.vocab import ENTRY_STATUSES, PARAM_STATUSES, Status
 
 # Short names of the ledger's statuses (``loadkit.vocab.Status`` members, not copies).
-LOADED, SKIPPED, IGNORED = Status.LOADED, Status.SKIPPED, Status.IGNORED
-MAPPER_DROPPED, DELEGATED, UNCONSUMED = Status.MAPPER_DROPPED, Status.DELEGATED, Status.UNCONSUMED
-UNEXPECTED, NOT_LOADED = Status.UNEXPECTED, Status.NEVER_LOADED
 
 
 @dataclass
@@ -68,23 +66,13 @@ def model_tensors(module: torch.nn.Module) -> dict[str, ParamEntry]:
     """Every parameter and persistent buffer by qualified name; tied names become aliases."""
     out: dict[str, ParamEntry] = {}
     seen: dict[int, str] = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            out[seen[id(p)]].aliases.append(name)
-            continue
-        seen[id(p)] = name
-        out[name] = ParamEntry(name, "parameter", tuple(p.shape))
-    for mod_name, mod in module.named_modules():
-        for buf_name, buf in mod._buffers.items():
-            if buf is None or buf_name in mod._non_persistent_buffers_set:
-                continue
-            qual = f"{mod_name}.{buf_name}" if mod_name else buf_name
-            if id(buf) in seen:
-                if qual != seen[id(buf)]:
-                    out[seen[id(buf)]].aliases.append(qual)
-                continue
-            seen[id(buf)] = qual
-            out[qual] = ParamEntry(qual, "buffer", tuple(buf.shape))
+    for name, tensor in named_loadable(module):
+        first = seen.setdefault(id(tensor), name)
+        if first != name:
+            out[first].aliases.append(name)
+        elif name not in out:
+            kind = "parameter" if isinstance(tensor, torch.nn.Parameter) else "buffer"
+            out[name] = ParamEntry(name, kind, tuple(tensor.shape))
     return out
 
 

@@ -18,7 +18,20 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
+from loadkit.checkpoint.reader import TensorInfo
+
 T = TypeVar("T", bound=torch.Tensor)
+
+
+def meta_tensor(info: TensorInfo) -> torch.Tensor:
+    """An empty meta tensor of a checkpoint tensor's dtype and shape: nothing is read.
+
+    >>> meta_tensor(TensorInfo("w", "F4", (2, 8), 8, "m.safetensors", 0)).shape  # 2 per byte
+    torch.Size([2, 4])
+    """
+    shape = torch_shape(info.dtype, info.shape)
+    return torch.empty(shape, dtype=torch_dtype(info.dtype), device="meta")
 
 
 def to_meta(tensor: T) -> T:

@@ -8,7 +8,6 @@ missing header key means.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
@@ -20,11 +19,6 @@ from loadkit.mapper import ShardId
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo
-
-# The repository's data/ folder (beside the package in a source checkout): the committed small
-# checkpoints, written by data/generate.py. The one place that knows where it is.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO_ROOT / "data"
 
 
 # --- packed parameters ---------------------------------------------------------------------------

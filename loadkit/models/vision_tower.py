@@ -14,11 +14,11 @@ vLLM 0.28.0's stacked stage (``WeightsMapper``'s default, ``behaviour="old"``) `
 ``qkv_proj`` and then ``v_proj`` matches inside it: ``qkqkv_proj``, and the load fails as
 upstream's did (issues #48423, #48449). With ``behaviour="new"`` the same rules load exactly.
 
->>> from loadkit import AutoWeightsLoader, WeightsMapper, open_checkpoint
->>> ck = open_checkpoint(DATA_CHECKPOINT)
->>> model = VisionTower(config_from_checkpoint(ck.tensors))
+>>> from loadkit import AutoWeightsLoader, WeightsMapper
+>>> config = VisionTowerConfig()  # the committed data/vision_tower checkpoint's
+>>> model = VisionTower(config)
 >>> new = WeightsMapper(orig_to_new_stacked=QKV_RULES, behaviour="new")
->>> len(AutoWeightsLoader(model).load_weights(ck.weights(), mapper=new))
+>>> len(AutoWeightsLoader(model).load_weights(make_checkpoint(config).items(), mapper=new))
 29
 """
 
@@ -40,11 +40,8 @@ from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, LoadkitError
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.mapper import WeightsMapper
-from loadkit.models._common import DATA_DIR
 from loadkit.parallel.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 
-DATA_DIR_NAME = "vision_tower"
-DATA_CHECKPOINT = DATA_DIR / DATA_DIR_NAME / "model.safetensors"
 PREFIX = "vision_model."
 
 # vLLM PR #47058's rules for MiniCPM-V 4.6's ViT attention: bare component names, q, k, v.

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "data"
 GUARD = Path(__file__).resolve().parent / "lab_guard.py"
 
 
@@ -102,6 +103,8 @@ def jupyter_env(home: Path, bin_dir: Path) -> dict[str, str]:
     env = dict(os.environ, **{k: str(v) for k, v in dirs.items()})
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["JUPYTER_PLATFORM_DIRS"] = "1"
+    # The notebooks run from copies in a temp folder: the stories are told where data/ is.
+    env["LOADKIT_DATA"] = str(DATA)
     env.pop("JUPYTER_PATH", None)
     return env
 

@@ -538,13 +538,18 @@ def test_sharded_folders_open_exactly_when_the_index_and_shards_are_sound(workdi
         assert_identical(got[0], want)
     status, _, err = run_cli("inspect", folder)
     # inspect reads a folder as far as it can: an index that disagrees with its shards is listed
-    # problem by problem (exit 1); one it cannot read at all, or cannot trust, is exit 2. Of a
-    # folder the reference loads, it can only add what the reference never checks: a key a shard
-    # holds that the index does not list, and the index's metadata.total_size.
-    if want is None:
+    # problem by problem; exit 1 where a tensor cannot be read, 0 where every tensor still loads
+    # (a key in two shards, in another shard than the index says: what loaders read anyway);
+    # one it cannot read at all, or cannot trust, is exit 2. Of a folder the reference loads, it
+    # can only add what the reference never checks (a key the index does not list, the index's
+    # metadata.total_size): inconsistencies, never a failure.
+    if want is None and status == 0:
+        found = open_lenient(folder)[1]
+        assert found and not any(p.fails for p in found), err
+    elif want is None:
         assert status in (1, 2), err
     else:
-        failing = {p.kind for p in open_lenient(folder)[1] if p.fails}
-        assert failing <= {"not in index", "total_size"}, failing
-        assert status == (1 if failing else 0), err
+        found = open_lenient(folder)[1]
+        assert {p.kind for p in found if p.severity != "note"} <= {"not in index", "total_size"}
+        assert not any(p.fails for p in found) and status == 0, err
     assert "Traceback" not in err and no_raw_control(err)

@@ -72,12 +72,79 @@ def test_every_problem_is_collected_and_the_rest_read(tmp_path):
     ]
     assert "no shard holds it" in problems[1].message
     assert sorted(ck.tensors) == ["l.0.w", "l.1.w", "l.2.w", "l.3.w", "l.4.w", "l.6.w"]
+    # Only the missing shard stops a load: every other tensor is still read.
+    assert [p.severity for p in problems] == ["inconsistent", "fails"] + ["inconsistent"] * 3
     r = inspect_checkpoint(folder)
-    assert r.exit_status == 1 and len(r.checkpoint.failing) == 5
+    assert r.exit_status == 1 and kinds(r.checkpoint.failing) == [("missing shard", "l.5.w", ())]
     text = r.render()
-    assert "index problems (5)" in text and "layout" in text
-    assert "the index disagrees with its shards: 5 index problem(s)" in text
+    assert "index problems (5): 1 stop the load (a tensor cannot be read), 4 inconsistent" in text
+    assert "the index disagrees with its shards: 1 index problem that stop" in text
     assert json.loads(r.to_json())["checkpoint"]["problems"][0]["kind"] == "wrong shard"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda index, files: index["weight_map"].update({"l.3.w": S1}),  # in S2, listed in S1
+        lambda index, files: index["weight_map"].pop("l.3.w"),  # not listed at all
+        lambda index, files: index["metadata"].update(total_size=1),
+        lambda index, files: files[S2].update({"l.1.w": files[S1]["l.1.w"]}),  # a second copy
+    ],
+    ids=["wrong shard", "not in index", "total_size", "in two shards"],
+)
+def test_an_index_every_tensor_still_loads_with_is_inconsistent_not_failing(tmp_path, mutate):
+    folder = shards(tmp_path, mutate)
+    (problem,) = open_lenient(folder)[1]
+    assert problem.severity == "inconsistent" and not problem.fails
+    r = inspect_checkpoint(folder)
+    assert r.exit_status == 0
+    assert "index problems (1): loads; the index is inconsistent" in r.render()
+    assert "; the index is inconsistent (1 problem above" in r.render().splitlines()[-1]
+    strict = inspect_checkpoint(folder, strict_index=True)
+    assert strict.exit_status == 1 and "(--strict-index)" in strict.render().splitlines()[-1]
+
+
+def test_a_tensor_that_cannot_be_read_fails(tmp_path):
+    # a listed key that no listed shard holds (it is only in a file the index does not name)
+    def mutate(index, files):
+        files["extra.safetensors"] = {"l.3.w": files[S2].pop("l.3.w")}
+
+    folder = shards(tmp_path, mutate)
+    problems = open_lenient(folder)[1]
+    assert [(p.kind, p.severity) for p in problems] == [
+        ("wrong shard", "fails"),
+        ("total_size", "inconsistent"),  # the bytes of l.3.w are not read
+        ("unindexed shard", "note"),
+    ]
+    assert "which loaders never read" in problems[0].message
+    assert inspect_checkpoint(folder).exit_status == 1
+
+    # two copies of two shapes: one of them cannot fit its parameter
+    def twice(index, files):
+        files[S2]["l.1.w"] = torch.zeros(3)
+
+    (tmp_path / "twice").mkdir()
+    (p,) = open_lenient(shards(tmp_path / "twice", twice))[1]
+    assert (p.kind, p.severity) == ("in two shards", "fails")
+
+
+def test_one_missing_shard_is_one_row_and_rows_are_capped_by_limit(tmp_path):
+    def mutate(index, files):
+        for i in range(40):
+            index["weight_map"][f"x.{i}.w"] = "gone.safetensors"
+        for i in range(5):
+            files[S1][f"y.{i}.w"] = torch.zeros(1)  # five unlisted keys of one shard: one row
+
+    r = inspect_checkpoint(shards(tmp_path, mutate))
+    text = r.render(limit=1)
+    rows = [line for line in text.splitlines() if line.startswith("    ") and "shard" in line]
+    assert rows == [
+        "    missing shard, 40 keys, each: the index names shard 'gone.safetensors', which does "
+        "not exist; no shard holds it"
+    ]
+    assert "      x.0.w, x.1.w, x.2.w, ... (40 in all)" in text
+    assert "    ... 2 more (--json lists them all)" in text  # not in index (S1), total_size
+    assert r.exit_status == 1
 
 
 def test_a_shard_not_in_the_index_is_a_note_and_a_duplicate_without_index_a_problem(tmp_path):

@@ -29,14 +29,6 @@ from loadkit.errors import (
 SHARDED = DATA / "plamo2" / "tied-with-lm-head"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Loopback requests go straight to the server, whatever proxy the machine has set."""
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-
-
 def _header_end(path: Path) -> int:
     """Where a safetensors file's data starts: 8 + the header's length."""
     return 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]
@@ -103,6 +95,18 @@ def test_open_source_takes_urls_and_a_redirect_keeps_the_range(tmp_path):
     assert len(moved) == 4 and all(s.status == 206 and s.range is not None for s in moved)
 
 
+def test_the_loopback_never_goes_through_a_proxy(monkeypatch):
+    """With a proxy set (a port where nothing listens) and no ``no_proxy``, the loopback is
+    still reached directly."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with serve(DATA / "plamo2") as server:
+        ck = open_remote(server.url("untied.safetensors"))
+    assert len(ck.tensors) == 30 and len(server.log) == 2
+
+
 def test_remote_weights_are_refused():
     with serve(DATA / "plamo2") as server:
         ck = open_remote(server.url("untied.safetensors"))
@@ -129,6 +133,15 @@ def test_slow_server_hits_the_timeout():
         with pytest.raises(CheckpointError, match=r"no answer within 0\.3 s \(the timeout\)"):
             open_remote(server.url("untied.safetensors"), timeout=0.3)
         assert time.monotonic() - start < 5
+
+
+def test_a_trickling_server_hits_the_timeout_of_the_whole_request():
+    """Each byte comes within the socket's timeout, but the request as a whole does not."""
+    with serve(DATA / "plamo2", "trickle", delay=0.1) as server:
+        start = time.monotonic()
+        with pytest.raises(CheckpointError, match=r"no complete answer within 0\.5 s \(got "):
+            open_remote(server.url("untied.safetensors"), timeout=0.5)
+        assert time.monotonic() - start < 3
 
 
 def test_not_found_and_a_missing_shard(tmp_path):
@@ -190,6 +203,17 @@ def test_header_limit_and_truncation_before_any_header_byte(tmp_path):
         with pytest.raises(TruncatedCheckpointError, match="file is 3 bytes, too short for the"):
             open_remote(server.url(tiny.name))
     assert all(s.range == (0, 7) for s in server.log)  # never a header request
+
+
+def test_a_header_that_is_no_object_is_refused_from_its_start(tmp_path):
+    """A 50 MB header starting with '[': refused after its first chunk, not after 50 MB."""
+    n = 50_000_000
+    (tmp_path / "array.safetensors").write_bytes(struct.pack("<Q", n) + b"[" + b" " * (n - 1))
+    with serve(tmp_path) as server:
+        with pytest.raises(HeaderError, match=r"the header is not an object \(it starts b'\['\)"):
+            open_remote(server.url("array.safetensors"))
+    assert [s.range for s in server.log] == [(0, 7), (8, 8 + n - 1)]
+    assert server.log[-1].sent < n  # the client hung up: the server could not write it all
 
 
 def test_strict_header_checks_name_the_url_and_key(tmp_path):

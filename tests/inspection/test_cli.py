@@ -173,12 +173,13 @@ def test_header_only_report_and_json(tmp_path, loadkit_cli):
     res = loadkit_cli("inspect", f)
     assert res.returncode == 0 and res.stderr == ""
     out = res.stdout
-    assert out.startswith(f"checkpoint  {f}\n  1 file(s), 27 tensors")
+    assert out.startswith(f"checkpoint  {f}\n  1 file, 27 tensors")
     assert "dtypes  BF16 27 tensors" in out
-    assert "layers.{0-1}" in out and "x2" in out
+    assert "layers.{0-1}" in out and " 2 layers x 12 tensors " in out
     assert "verdict: headers valid" in out
     doc = json.loads(loadkit_cli("inspect", f, "--json").stdout)
-    assert doc["schema"] == 3 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["schema"] == 4 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["loaders"] is None and doc["transformers"] is None
     assert doc["checkpoint"]["tensor_count"] == 27
     assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"
     assert [c["name"] for c in doc["layout"]["children"]] == ["model", "lm_head"]
@@ -196,7 +197,7 @@ def test_sharded_folder_with_index(tmp_path, loadkit_cli):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     res = loadkit_cli("inspect", folder)
     assert res.returncode == 0
-    assert "2 file(s), 27 tensors" in res.stdout
+    assert "2 files, 27 tensors" in res.stdout
     assert "model-00001-of-00002.safetensors      10 tensors" in res.stdout
 
 
@@ -512,7 +513,7 @@ def test_strict_dtype_and_bad_model_args(tmp_path, loadkit_cli):
     assert res.returncode == 0 and "5 tensors bfloat16 -> float32" in res.stdout
     assert res.stdout.count("bfloat16 -> float32") == 1  # one line for the whole kind
     res = loadkit_cli(*base, "--strict-dtype", cwd=tmp_path)
-    assert res.returncode == 1 and "5 dtype cast(s) (--strict-dtype)" in res.stdout
+    assert res.returncode == 1 and "5 dtype casts (--strict-dtype)" in res.stdout
     for bad, words in [
         (["--model-arg", "labels"], "expected KEY=VALUE"),
         (["--model-arg", "width=3"], "takes no argument 'width'"),

@@ -59,7 +59,7 @@ def test_a_prefix_mismatch_gets_one_rule_printed_first_and_proven(tmp_path):
     again = inspect_checkpoint(f, model=Encoder, mapper=json.dumps(r.fix.mapper))
     assert again.clean is True and again.fix is None
     doc = json.loads(r.to_json())
-    assert doc["schema"] == 3 and doc["suggested_fix"]["clean"] is True
+    assert doc["schema"] == 4 and doc["suggested_fix"]["clean"] is True
     assert doc["suggested_fix"]["rules"][0]["explains"] == 33
 
 
@@ -151,7 +151,7 @@ def test_casts_are_summarised_by_kind_and_strict_dtype_fails_them(tmp_path):
     assert "1 tensor  float16 -> float32  (unlike the checkpoint's bfloat16 tensors)" in text
     assert text.count("-> float32") == 2  # one line per kind, not one per key
     strict = inspect_checkpoint(f, model=Encoder, rules=LoadRules(strict_dtype=True))
-    assert strict.clean is False and "33 dtype cast(s) (--strict-dtype)" in strict.load.problems()
+    assert strict.clean is False and "33 dtype casts (--strict-dtype)" in strict.load.problems()
     assert inspect_checkpoint(
         save(tmp_path / "f.safetensors", state()), model=Encoder, rules=LoadRules(strict_dtype=True)
     ).clean

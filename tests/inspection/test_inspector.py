@@ -293,7 +293,7 @@ def test_dtype_casts_reported_and_incompatible_ones_fail(tmp_path):
     r = inspect_checkpoint(save(tmp_path / "b.safetensors", state), model=Tiny)
     bad = [d for d in r.load.dtype_casts if d.incompatible]
     assert [(d.param, d.from_dtype, d.to_dtype) for d in bad] == [("steps", "float32", "int64")]
-    assert r.clean is False and "1 incompatible dtype cast(s)" in r.load.problems()
+    assert r.clean is False and "1 incompatible dtype cast" in r.load.problems()
 
 
 def test_model_mapper_and_probe_verdicts(tmp_path):
@@ -444,10 +444,23 @@ def test_json_round_trip_has_every_section(tmp_path):
         "load",
         "tensor_parallel",
         "suggested_fix",
+        "loaders",
+        "selected_loaders",
+        "transformers",
         "clean",
         "exit_status",
     }
     assert d["exit_status"] == 1 and d["clean"] is False
+    # A built-in model has one loader: vLLM's (its own loading code), and no transformers column;
+    # a shape mismatch names the model's parameter.
+    assert d["loaders"] == {
+        "vllm": {
+            "loader": "vllm",
+            "clean": False,
+            "problems": ["1 mismatched: language_model.model.proj.weight"],
+        }
+    }
+    assert d["selected_loaders"] == ["vllm"] and d["transformers"] is None
     load = d["load"]
     assert load["shape_mismatches"][0]["param_shape"] == [4, 4]
     assert load["counts"]["checkpoint"]["shape mismatch"] == 1

@@ -67,7 +67,9 @@ def test_render_joins_single_child_chains_and_caps_children():
     lines = text.splitlines()
     assert lines[0].startswith("model ")
     assert any(line.strip().startswith("embed_tokens.weight") for line in lines)
-    assert any("layers.{0-1,3}" in line and "x3" in line for line in lines)
+    assert any(
+        "layers.{0-1,3}" in line and " 3 layers, 5 tensors in all " in line for line in lines
+    )
     wide = build_layout([(f"w{i}", 1, "F32") for i in range(50)]).render(max_children=10)
     assert "... 40 more" in wide
     shallow = build_layout(NAMES).render(max_depth=1)
@@ -170,3 +172,13 @@ def test_a_tensor_most_instances_lack_names_the_few_that_have_it():
     assert "1 of 300: only in l.7" in extra.shape_text()
     # Each tensor names the smaller side: 300 places in all, not 300 x 299.
     assert sum(len(n.only_in) + len(n.missing_in) for n in root.walk()) == 300
+
+
+def test_a_fold_says_how_many_instances_of_how_many_tensors():
+    names = [(f"encoder.layer.{i}.{p}.weight", 4, "F32") for i in range(6) for p in "abcd"]
+    names += [(f"experts.{i}.w", 4, "F32") for i in range(8)] + [("x.weight", 4, "F32")]
+    lines = build_layout(names, fold=True).render().splitlines()
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in lines}
+    assert rows["encoder.layer.{0-5}"].startswith("6 layers x 4 tensors 96 B")  # not "24 x6"
+    assert rows["experts.{0-7}"].startswith("8 experts x 1 tensor 32 B")
+    assert rows["x.weight"].startswith("1 tensor 4 B")  # singular

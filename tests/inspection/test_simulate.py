@@ -2,14 +2,15 @@
 
 import pytest
 import torch
+from repo_paths import DATA
 from torch import nn
 
 from loadkit import AutoWeightsLoader, as_pooling_model, default_weight_loader, open_checkpoint
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.simulate import dry_load
-from loadkit.inspection.simulate.meta import meta_weight
 from loadkit.inspection.simulate.recording import storage_id
+from loadkit.inspection.simulate.weights import meta_weight
 
 ORIGINAL_LOAD_WEIGHTS = AutoWeightsLoader.load_weights
 
@@ -71,13 +72,9 @@ def test_the_dry_load_patches_no_class():
 
 
 def test_a_pooling_model_that_clones_every_key_still_loads_each_under_its_own_key():
-    from loadkit.models.gemma4 import (
-        DATA_CHECKPOINT,
-        Gemma4ForConditionalGeneration,
-        config_from_checkpoint,
-    )
+    from loadkit.models.gemma4 import Gemma4ForConditionalGeneration, config_from_checkpoint
 
-    ck = open_checkpoint(DATA_CHECKPOINT)
+    ck = open_checkpoint(DATA / "gemma4_like" / "model.safetensors")
     targets = {}
     for behaviour in ("old", "new"):  # old clones every key it walks (all 73), new one
         cls = as_pooling_model(Gemma4ForConditionalGeneration, behaviour=behaviour)

@@ -16,15 +16,6 @@ from repo_paths import REPO
 ONE = commit_hash("one")
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Loopback requests go straight to the server, whatever proxy the machine has set (the
-    CLI's process inherits this environment)."""
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-
-
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory, quiet_transformers):
     """transformers' own sharded BERT checkpoint (index, two shards, config.json), and a hub
@@ -38,13 +29,21 @@ def bert(tmp_path_factory, quiet_transformers):
     return folder, cache
 
 
+def _from_checkpoint(stdout: str) -> list[str]:
+    """The report's lines from its checkpoint section on (a model with two loaders puts their
+    verdicts first)."""
+    lines = stdout.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("checkpoint  ")) :]
+
+
 def _body(stdout: str, source_lines: int, location: object) -> list[str]:
-    """The report without its first line (the checkpoint's path) and the lines after it that
-    say where it came from, with the folder or URL base it came from (which the config line
-    names) spelled ``<source>``."""
-    lines = stdout.replace(str(location), "<source>").splitlines()
+    """The report without its checkpoint line (the checkpoint's path) and the lines after it
+    that say where it came from, with the folder or URL base it came from (which the config line
+    names) spelled ``<source>``; the loaders' verdicts, where they come first, kept."""
+    head = stdout.splitlines()[: len(stdout.splitlines()) - len(_from_checkpoint(stdout))]
+    lines = _from_checkpoint(stdout.replace(str(location), "<source>"))
     assert lines[0] == "checkpoint  <source>" or lines[0].startswith("checkpoint  <source>/")
-    return lines[1 + source_lines :]
+    return head + lines[1 + source_lines :]
 
 
 def _same_json(theirs: str, local: str) -> None:
@@ -69,11 +68,12 @@ def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
     cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
     assert (cached.returncode, cached.stderr) == (local.returncode, "")
     snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
-    assert cached.stdout.splitlines()[:2] == [
+    assert _from_checkpoint(cached.stdout)[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(cached.stdout, 1, snapshot) == _body(local.stdout, 0, folder)
+    assert _body(cached.stdout, 2, snapshot) == _body(local.stdout, 0, folder)
     as_json = loadkit_cli("inspect", "org/bert", "--model", "hf", "--json", env=env)
     source = _same_json(
         as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
@@ -92,13 +92,14 @@ def test_hf_home_and_the_models_folder(bert, loadkit_cli, tmp_path):
     snapshot = (repo_dir(cache, "org/bert") / "snapshots" / ONE).resolve()
     expected = _body(local.stdout, 0, folder)
     assert by_home.returncode == 0, by_home.stderr
-    assert by_home.stdout.splitlines()[:2] == [
+    assert by_home.stdout.splitlines()[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(by_home.stdout, 1, snapshot) == expected
+    assert _body(by_home.stdout, 2, snapshot) == expected
     by_folder = loadkit_cli("inspect", repo_dir(cache, "org/bert"))
-    assert by_folder.returncode == 0 and _body(by_folder.stdout, 1, snapshot) == expected
+    assert by_folder.returncode == 0 and _body(by_folder.stdout, 2, snapshot) == expected
 
 
 def test_a_repo_id_not_in_the_cache_is_one_line(loadkit_cli, tmp_path):
@@ -126,7 +127,7 @@ def test_without_huggingface_hub_a_repo_id_says_what_to_install(tmp_path):
     assert got.stderr == (
         "loadkit inspect: error: org/name: no such file or folder; to read it as a Hugging Face "
         "repo id from the local cache, loadkit needs huggingface_hub (pip install "
-        "huggingface_hub)\n"
+        "'loadkit[hf]', or huggingface_hub alone)\n"
     )
     path = subprocess.run(  # a path never needs it
         [
@@ -149,7 +150,7 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
         remote = loadkit_cli("inspect", url, "--model", "hf")
         as_json = loadkit_cli("inspect", url, "--model", "hf", "--json")
     assert (remote.returncode, remote.stderr) == (local.returncode, "")
-    assert remote.stdout.splitlines()[0] == f"checkpoint  {url}"
+    assert _from_checkpoint(remote.stdout)[0] == f"checkpoint  {url}"
     base = url.rsplit("/", 1)[0]
     assert _body(remote.stdout, 1, base) == _body(local.stdout, 0, folder)
     source = _same_json(
@@ -165,6 +166,28 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
     requests = 2 + 2 * len(shards)  # the index, config.json, two ranges per shard
     assert source["fetched"] == {"requests": requests, "bytes": small + headers, "size": whole}
     assert server.sent == 2 * (small + headers)  # two runs, each the same bytes
-    line = remote.stdout.splitlines()[1]
-    said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
+    line = _from_checkpoint(remote.stdout)[1]
+    said = f"  header-only over HTTP: {requests} requests, {small + headers} bytes fetched"
     assert line.startswith(said)
+
+
+def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tmp_path):
+    folder, _ = bert
+    files = folder_files(folder)
+    lost = "model-00003-of-00004.safetensors"
+    kept = {name: path for name, path in files.items() if name != lost}
+    add_snapshot(tmp_path, "org/bert", kept, commit=ONE, missing=(lost,))
+    got = loadkit_cli("inspect", "org/bert", env={"HF_HUB_CACHE": str(tmp_path)})
+    assert got.returncode == 1, got.stderr  # what the snapshot lacks fails the checkpoint
+    lines = got.stdout.splitlines()
+    assert lines[1:4] == [
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
+        f"    the snapshot lacks {lost} (an incomplete download)",
+    ]
+    assert (
+        f"    not downloaded: the hub lists '{lost}' for commit {ONE}, but the cached snapshot "
+        "lacks it (an interrupted download?)"
+    ) in lines
+    assert any(line.startswith("    missing shard") for line in lines)
+    assert "  index problems (14): 13 stop the load (a tensor cannot be read)" in got.stdout

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from repo_paths import DATA
 from safetensors.torch import load_file
 
 from loadkit import WeightsMapper, ledger_of, open_checkpoint
@@ -12,6 +13,8 @@ from loadkit.checkpoint import dtypes
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, LoadkitError, MissingShardIdError, ShapeMismatchError
 from loadkit.models import gemma4 as g4
+
+GEMMA4_DATA = DATA / "gemma4_like" / "model.safetensors"
 
 G4 = g4.Gemma4ForConditionalGeneration
 # benchmarks/gemma4_checkpoint.py's presets (small, bench, full), and one more odd shape.
@@ -161,8 +164,8 @@ def test_data_checkpoint_is_small_and_where_the_generator_writes_it(tmp_path, da
     # That the committed bytes are a fresh generation's is tests/test_data.py's one check.
     [path] = data_generator.gemma4_like(tmp_path)
     assert path == tmp_path / "gemma4_like" / "model.safetensors"
-    assert g4.DATA_CHECKPOINT == g4.REPO_ROOT / "data" / path.relative_to(tmp_path)
-    assert g4.DATA_CHECKPOINT.stat().st_size < 300_000
+    assert GEMMA4_DATA == DATA / path.relative_to(tmp_path)
+    assert GEMMA4_DATA.stat().st_size < 300_000
 
 
 def test_written_file_is_standard_safetensors_in_the_requested_order(tmp_path, gemma4_bench):
@@ -185,7 +188,7 @@ def test_config_from_checkpoint_header(name, configs):
 
 
 def test_config_from_committed_checkpoint():
-    ck = open_checkpoint(g4.DATA_CHECKPOINT)
+    ck = open_checkpoint(GEMMA4_DATA)
     config = g4.config_from_checkpoint(ck.tensors)
     assert config == g4.Gemma4Config()
     with torch.device("meta"):

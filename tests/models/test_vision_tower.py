@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from repo_paths import DATA
 
 from loadkit import AutoWeightsLoader, WeightsMapper, open_checkpoint
 from loadkit.errors import CheckpointError, UnknownNameError
 from loadkit.models import vision_tower as vt
 from loadkit.models.registry import build_model
 
-CK = open_checkpoint(vt.DATA_CHECKPOINT)
+CK = open_checkpoint(DATA / "vision_tower" / "model.safetensors")
 TRUTH = dict(CK.weights())
 QKV = "vision_model.encoder.layers.{}.self_attn.qkv_proj.{}"
 

@@ -8,14 +8,15 @@ import subprocess
 import sys
 
 import pytest
+from repo_paths import DATA
 
 from loadkit import inspect_checkpoint
 from loadkit.errors import LoadkitError
 from loadkit.inspection.cli import main
 from loadkit.inspection.tensor_parallel.rowmap import render_row_map, span_text
-from loadkit.models.llama import DATA_CHECKPOINT, LlamaLikeConfig, write_checkpoint
+from loadkit.models.llama import LlamaLikeConfig, write_checkpoint
 
-CK = str(DATA_CHECKPOINT)
+CK = str(DATA / "llama_like" / "model.safetensors")
 
 
 def spans(report, key: str) -> list[str]:
@@ -65,7 +66,7 @@ def test_intermediate_size_alone(tmp_path):
 
 
 def test_a_model_without_parallel_layers_is_replicated():
-    from loadkit.models.gemma4 import DATA_CHECKPOINT as GEMMA
+    GEMMA = DATA / "gemma4_like" / "model.safetensors"
 
     tp = inspect_checkpoint(GEMMA, model="gemma4-like", tp=2).tensor_parallel
     assert tp.ok and [f.subject for f in tp.findings] == ["replicated"]

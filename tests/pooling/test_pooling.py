@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 import torch
+from repo_paths import DATA
 from torch import nn
 
 from loadkit import (
@@ -40,7 +41,7 @@ def wrong(model, expected):
 
 @pytest.fixture(scope="module")
 def ckpt():
-    return open_checkpoint(g4.DATA_CHECKPOINT)
+    return open_checkpoint(GEMMA4_DATA)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,8 @@ STACKED = WeightsMapper(
         ".v_proj.": (".qkv_proj.", "v"),
     }
 )
+
+GEMMA4_DATA = DATA / "gemma4_like" / "model.safetensors"
 SHARDS = {"q": (0, 4), "k": (4, 2), "v": (6, 2)}
 
 
@@ -298,7 +301,7 @@ def test_parent_without_load_weights_uses_auto_weights_loader(tmp_path):
 @pytest.mark.parametrize("order", ["file", "attention-first"])
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
 def test_adapter_and_header_only_verdict_agree(tmp_path, config, order, behaviour):
-    path = g4.DATA_CHECKPOINT
+    path = GEMMA4_DATA
     if order != "file":
         ckpt = g4.make_checkpoint(config)
         ordered = {n: ckpt[n] for n in _attention_first(config)}

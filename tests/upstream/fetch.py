@@ -47,6 +47,15 @@ SOURCES = (
     "vllm/model_executor/model_loader/reload/torchao_decorator.py",
     "vllm/model_executor/model_loader/reload/types.py",
     "vllm/model_executor/model_loader/reload/utils.py",
+    # The Transformers modeling backend (tests/upstream/hf_backend.py)
+    "vllm/model_executor/models/transformers/__init__.py",
+    "vllm/model_executor/models/transformers/base.py",
+    "vllm/model_executor/models/transformers/causal.py",
+    "vllm/model_executor/models/transformers/legacy.py",
+    "vllm/model_executor/models/transformers/pooling.py",
+    "vllm/model_executor/model_loader/default_loader.py",
+    "vllm/config/model.py",
+    "vllm/config/utils.py",
 )
 MARKER = "extracted.json"
 

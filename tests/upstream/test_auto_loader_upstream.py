@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadkit.loading.auto_loader import BIAS_RULE
-from loadkit.loading.ledger import LOADED, UNCONSUMED
+from loadkit.vocab import Status
 from upstream.common import (
     PROPERTY,
     Difference,
@@ -174,9 +174,9 @@ def _ledger_problems(loader, outcome) -> list[Difference]:
         return []
     out = []
     for e in loader.ledger.entries:
-        if e.status == UNCONSUMED:
+        if e.status == Status.UNCONSUMED:
             out.append(Difference(f"ledger: {e.name!r} unconsumed after a complete load"))
-        if e.status == LOADED and e.target not in outcome.value:
+        if e.status == Status.LOADED and e.target not in outcome.value:
             out.append(Difference(f"ledger: {e.name!r} loaded into {e.target!r}, not returned"))
         if e.rule == BIAS_RULE and not (e.mapped or "").rpartition(".")[0]:
             out.append(Difference(f"ledger: {e.name!r} ignored by the .bias rule without a dot"))

@@ -8,6 +8,7 @@ import regex
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from repo_paths import DATA
 from stacked_cases import names as stacked_names
 from stacked_cases import overlapping_rules
 from transformers.core_model_loading import WeightRenaming
@@ -274,7 +275,7 @@ def test_vision_tower_checkpoint_fails_in_vllm_0_28_0_and_loads_with_new(up):
     from loadkit import open_checkpoint
     from loadkit.models import vision_tower as vt
 
-    ck = open_checkpoint(vt.DATA_CHECKPOINT)
+    ck = open_checkpoint(DATA / "vision_tower" / "model.safetensors")
     config = vt.config_from_checkpoint(ck.tensors)
     model = vt.VisionTower(config)
     mapper = up.WeightsMapper(orig_to_new_stacked=vt.QKV_RULES)

@@ -2,7 +2,39 @@
 
 Each module exposes ``main_records() -> dict[str, Record]``: exactly the records the notebook's
 main old/new toggle swaps between.
+
+The stories load the checkpoints committed in the repository's ``data/`` folder. The library
+does not know where that is (an installed loadkit has no repository next to it): the folder is
+``$LOADKIT_DATA`` when set, else the ``data/`` (the one holding ``generate.py``) of the current
+folder or of the nearest folder above it, which is the repository's for a notebook run in
+``notebooks/`` and for a test run in the repository.
 """
 
-# The repository's data/ folder: the committed checkpoints the stories load.
-from loadkit.models._common import DATA_DIR as DATA_DIR
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from loadkit.errors import LoadkitError
+
+
+def find_data(start: str | os.PathLike[str] | None = None) -> Path:
+    """The repository's ``data/`` folder, as found from ``start`` (the current folder).
+
+    >>> find_data("notebooks") == find_data(".")  # in the repository
+    True
+    """
+    if os.environ.get("LOADKIT_DATA"):
+        return Path(os.environ["LOADKIT_DATA"]).resolve()
+    here = Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "data" / "generate.py").is_file():
+            return folder / "data"
+    raise LoadkitError(
+        f"no data/ folder with generate.py in {here} or above it: run the notebooks from the "
+        "loadkit repository, or set LOADKIT_DATA to its data/ folder"
+    )
+
+
+# The committed checkpoints the stories load.
+DATA_DIR = find_data()

@@ -8,7 +8,7 @@ the real loading code runs, with the real mapper, skip rules and ``weight_loader
 ledgers it leaves say where each name went: the report agrees with a real load. Where a real load
 stops at the first problem, this one collects them all.
 
-- ``meta``: the model and the checkpoint as meta tensors;
+- ``weights``: the checkpoint as meta tensors that carry their key;
 - ``recording``: each pass's ``weight_loader`` calls and writes into the model;
 - ``observer``: which ledger took which key (``loadkit.loading.observe``), no class patched;
 - ``run``: the passes, linear in the number of names;
@@ -25,10 +25,10 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import LoadReport
-from loadkit.inspection.simulate.meta import loadable_tensors, model_summary
-from loadkit.inspection.simulate.outcome import assemble
+from loadkit.inspection.simulate.outcome import assemble, model_summary
 from loadkit.inspection.simulate.run import simulate
 from loadkit.loading.meta import meta_copy
+from loadkit.loading.tensors import loadable_tensors
 from loadkit.mapper import WeightsMapper
 
 __all__ = ["DryLoad", "dry_load", "model_summary"]

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ModelSpecError
+from loadkit.loading.meta import meta_tensor
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -173,12 +173,7 @@ def _quiet_transformers() -> Iterator[None]:
 
 def meta_state_dict(infos: Sequence[TensorInfo]) -> dict[str, torch.Tensor]:
     """The checkpoint as meta tensors of its shapes and dtypes (nothing read)."""
-    return {
-        i.name: torch.empty(
-            torch_shape(i.dtype, i.shape), dtype=torch_dtype(i.dtype), device="meta"
-        )
-        for i in infos
-    }
+    return {i.name: meta_tensor(i) for i in infos}
 
 
 def from_pretrained_verdict(

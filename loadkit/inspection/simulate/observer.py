@@ -18,16 +18,11 @@ from torch import nn
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.simulate.recording import Recorder
 from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.ledger import DELEGATED, UNCONSUMED, CheckpointEntry, LoadLedger
+from loadkit.loading.ledger import CheckpointEntry, LoadLedger
 from loadkit.loading.observe import LoadObserver
+from loadkit.loading.tensors import qualname
 from loadkit.mapper import WeightsMapper
 from loadkit.vocab import Status
-
-
-def join(prefix: str, name: str | None) -> str | None:
-    if name is None:
-        return None
-    return f"{prefix}.{name}" if prefix and name else (prefix or name)
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,7 @@ class DryLoadObserver(LoadObserver):
         for entry in entries:
             key = self._key_of.get(id(entry))
             if key is not None:
-                looked_up = join(path, entry.mapped) or join(path, name) or name
+                looked_up = qualname(path, entry.mapped or name)
                 self.rejected[key] = (looked_up, reason)
         return True
 
@@ -112,13 +107,13 @@ class DryLoadObserver(LoadObserver):
         out: dict[str, Fate] = {}
         for key, taken in self._taken.items():
             first_path, first = taken[0]
-            settled = [t for t in taken if t[1].status not in (DELEGATED, UNCONSUMED)]
-            delegated = [t for t in taken if t[1].status == DELEGATED]
+            settled = [t for t in taken if t[1].status not in (Status.DELEGATED, Status.UNCONSUMED)]
+            delegated = [t for t in taken if t[1].status == Status.DELEGATED]
             path, entry = (settled or delegated or taken)[-1]
             out[key] = Fate(
                 entry.status,
-                join(first_path, first.mapped),
-                join(path, entry.target),
+                None if first.mapped is None else qualname(first_path, first.mapped),
+                None if entry.target is None else qualname(path, entry.target),
                 entry.rule,
             )
         return out

@@ -7,35 +7,48 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ShapeMismatchError
 from loadkit.inspection.casts import is_incompatible
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.records import (
-    DELEGATED,
-    DROPPED,
-    IGNORED,
-    LOAD_ERROR,
-    LOADED,
-    SHAPE_MISMATCH,
-    SKIPPED,
-    UNCONSUMED,
-    UNEXPECTED,
     DtypeCast,
     KeyOutcome,
     LoadReport,
     Missing,
+    ModelSummary,
     ShapeMismatch,
     Unexpected,
 )
 from loadkit.inspection.renames import Named, Nearest, pair_renames
-from loadkit.inspection.simulate.meta import dtype_name
-from loadkit.inspection.simulate.observer import Fate, join
+from loadkit.inspection.simulate.observer import Fate
 from loadkit.inspection.simulate.recording import Call
 from loadkit.inspection.simulate.run import Simulation
-from loadkit.loading.ledger import LOADED as LEDGER_LOADED
+from loadkit.loading.tensors import loadable_tensors, qualname
 from loadkit.mapper import WeightsMapper
+from loadkit.vocab import Status
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``'float32'``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def model_summary(model: nn.Module, spec: str) -> ModelSummary:
+    tensors = loadable_tensors(model)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    describe = getattr(model, "backend_info", None)  # a model built from a config says how
+    return ModelSummary(
+        spec,
+        type(model).__name__,
+        len(tensors),
+        nbytes,
+        callable(getattr(model, "load_weights", None)),
+        pooling=bool(getattr(model, "is_pooling_model", False)),
+        backend=describe() if callable(describe) else None,
+    )
 
 
 @dataclass
@@ -58,10 +71,10 @@ def _failed_call(name: str, mapped: str | None, bad: list[Call], tally: _Tally) 
     if isinstance(c.error, ShapeMismatchError):  # name the parameter and the key
         msg = str(c.error.with_name(c.param, f"checkpoint key '{name}'"))
     if isinstance(c.error, ShapeMismatchError) or c.param_shape != c.weight_shape:
-        tally.keys.append(KeyOutcome(name, SHAPE_MISMATCH, mapped, c.param, message=msg))
+        tally.keys.append(KeyOutcome(name, Status.SHAPE_MISMATCH, mapped, c.param, message=msg))
         tally.mismatches.append(ShapeMismatch(name, c.param, c.param_shape, c.weight_shape, msg))
     else:
-        out = KeyOutcome(name, LOAD_ERROR, mapped, c.param, message=msg)
+        out = KeyOutcome(name, Status.LOAD_ERROR, mapped, c.param, message=msg)
         tally.keys.append(out)
         tally.errors.append(out)
 
@@ -69,7 +82,7 @@ def _failed_call(name: str, mapped: str | None, bad: list[Call], tally: _Tally) 
 def _loaded_by_calls(name: str, mapped: str | None, calls: list[Call], tally: _Tally) -> None:
     targets = list(dict.fromkeys(c.param for c in calls))
     tally.filled.update(targets)
-    tally.keys.append(KeyOutcome(name, LOADED, mapped, ", ".join(targets)))
+    tally.keys.append(KeyOutcome(name, Status.LOADED, mapped, ", ".join(targets)))
     for c in calls:
         if c.weight_dtype != c.param_dtype:
             src, dst = dtype_name(c.weight_dtype), dtype_name(c.param_dtype)
@@ -92,41 +105,41 @@ def _classify(
     bad = [c for c in calls if c.error is not None]
     if bad:
         return _failed_call(name, mapped, bad, tally)
-    if fate and fate.status == UNEXPECTED:
+    if fate and fate.status == Status.UNEXPECTED:
         looked_up, reason = sim.observer.rejected[name]
-        tally.keys.append(KeyOutcome(name, UNEXPECTED, mapped, message=reason))
+        tally.keys.append(KeyOutcome(name, Status.UNEXPECTED, mapped, message=reason))
         u = Unexpected(name, looked_up, reason, shape=info.shape, dtype=info.dtype)
         tally.unexpected.append(u)
         return
-    if fate and fate.status in (SKIPPED, IGNORED, DROPPED):
+    if fate and fate.status in (Status.SKIPPED, Status.IGNORED, Status.MAPPER_DROPPED):
         tally.keys.append(KeyOutcome(name, fate.status, mapped, rule=fate.rule))
         return
     if calls:
         return _loaded_by_calls(name, mapped, calls, tally)
-    if fate and fate.status == LOADED:
-        tally.keys.append(KeyOutcome(name, LOADED, mapped, fate.target))
+    if fate and fate.status == Status.LOADED:
+        tally.keys.append(KeyOutcome(name, Status.LOADED, mapped, fate.target))
         return
     if written:  # loaded by a path that bypassed weight_loader
         targets = list(dict.fromkeys(written))
         tally.filled.update(targets)
-        tally.keys.append(KeyOutcome(name, LOADED, mapped, ", ".join(targets)))
+        tally.keys.append(KeyOutcome(name, Status.LOADED, mapped, ", ".join(targets)))
         return
-    if (fate and fate.status == DELEGATED) or name in sim.final.pulled:
-        by = fate.target if fate and fate.status == DELEGATED else root
+    if (fate and fate.status == Status.DELEGATED) or name in sim.final.pulled:
+        by = fate.target if fate and fate.status == Status.DELEGATED else root
         message = f"taken by {by}.load_weights; no parameter load seen for it"
-        tally.keys.append(KeyOutcome(name, DELEGATED, mapped, by, message=message))
+        tally.keys.append(KeyOutcome(name, Status.DELEGATED, mapped, by, message=message))
         return
     message = "never read by the loader"
     if not sim.complete:
         message = "not simulated: the simulation stopped early"
-    tally.keys.append(KeyOutcome(name, UNCONSUMED, mapped, message=message))
+    tally.keys.append(KeyOutcome(name, Status.UNCONSUMED, mapped, message=message))
 
 
 def _left_out(info: TensorInfo, sim: Simulation, tally: _Tally) -> None:
     """A key a pass left out (it failed the model's own loader): as the passes filed it."""
     out = sim.excluded[info.name]
     tally.keys.append(out)
-    if out.status == LOAD_ERROR:
+    if out.status == Status.LOAD_ERROR:
         tally.errors.append(out)
     if info.name in sim.unexpected:
         u = sim.unexpected[info.name]
@@ -140,10 +153,13 @@ def _suggest(
     """Pair leftovers (unused keys, tensors never filled); nearest names for unexpected ones.
     Returns notes on any search that was shortened."""
     by_key = {t.name: t for t in infos}
+    names = set(model_names)
+    # a key whose load failed under a name the model has is no rename: its error says why
     unused = [
         Named(k.mapped or k.name, k.name, by_key[k.name].numel, by_key[k.name].shape)
         for k in tally.keys
-        if k.status in (UNEXPECTED, LOAD_ERROR)
+        if k.status == Status.UNEXPECTED
+        or (k.status == Status.LOAD_ERROR and (k.mapped or k.name) not in names)
     ]
     wanted = [Named(m.name, m.name, m.numel, m.shape) for m in missing]
     pairs = pair_renames(unused, wanted) if unused and wanted else {}
@@ -196,9 +212,7 @@ def assemble(
     tally.filled.update(t for t, _ in sim.final.writes)
     for path, ledger in sim.observer.ledgers:
         tally.filled.update(
-            join(path, p.name) or p.name
-            for p in ledger.params.values()
-            if p.status == LEDGER_LOADED
+            qualname(path, p.name) for p in ledger.params.values() if p.status == Status.LOADED
         )
     missing = [
         Missing(n, tuple(by_name[n].shape), dtype_name(by_name[n].dtype), allowed=rules.allowed(n))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.inspection.simulate.meta import meta_weight
+from loadkit.inspection.simulate.weights import meta_weight
 from loadkit.loading.counting import EagerDispatchMode
 from loadkit.loading.weight_loaders import default_weight_loader
 

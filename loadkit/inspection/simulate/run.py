@@ -20,13 +20,14 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
 from loadkit.inspection.options import LoadRules
-from loadkit.inspection.records import LOAD_ERROR, UNEXPECTED, KeyOutcome, Unexpected
-from loadkit.inspection.simulate.meta import loadable_tensors
+from loadkit.inspection.records import KeyOutcome, Unexpected
 from loadkit.inspection.simulate.observer import DryLoadObserver
 from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.observe import observing
+from loadkit.loading.tensors import loadable_tensors
 from loadkit.mapper import WeightsMapper
+from loadkit.vocab import Status
 
 MAX_RUNS = 256  # passes; a hand-written loader's failing name (or unknown module) costs one
 
@@ -67,13 +68,25 @@ class _Exclusions:
                     self._under.setdefault(".".join(parts[:i]), []).append(info.name)
         return self._under.get(name, [])
 
-    def add(self, exc: BaseException, culprit: str, mapper: WeightsMapper | None) -> None:
+    def add(
+        self,
+        exc: BaseException,
+        culprit: str,
+        mapper: WeightsMapper | None,
+        known: dict[str, torch.Tensor],
+    ) -> None:
         message = str(exc).split("\n", 1)[0]
         mapped = mapper.map_name(culprit) if mapper is not None else culprit
-        if not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
-            self.excluded[culprit] = KeyOutcome(
-                culprit, LOAD_ERROR, mapped, message=f"{type(exc).__name__}: {message}"
-            )
+        # A KeyError for a name the model has is the loader's own error (a lookup in a table of
+        # its own), not a name the model lacks.
+        own_error = isinstance(exc, KeyError) and (
+            mapped in known or (bool(exc.args) and exc.args[0] in known)
+        )
+        if own_error or not isinstance(exc, (UnknownNameError, NestedWeightError, KeyError)):
+            said = f"{type(exc).__name__}: {message}"
+            if own_error:
+                said = f"the loader raised {said}, for a name the model has: its own error"
+            self.excluded[culprit] = KeyOutcome(culprit, Status.LOAD_ERROR, mapped, message=said)
             return
         if isinstance(exc, UnknownNameError):  # the report's own nearest names replace its list
             message = f"no module or parameter named '{exc.name}' in {exc.root}"
@@ -87,7 +100,7 @@ class _Exclusions:
             if key in self.excluded:
                 continue
             key_mapped = mapper.map_name(key) if mapper is not None else key
-            self.excluded[key] = KeyOutcome(key, UNEXPECTED, key_mapped, message=message)
+            self.excluded[key] = KeyOutcome(key, Status.UNEXPECTED, key_mapped, message=message)
             self.unexpected[key] = Unexpected(key, key_mapped or culprit, message)
 
 
@@ -101,11 +114,11 @@ def simulate(
     tensors: dict[str, torch.Tensor],
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
-    ``tensors``: the model's, by name (``meta.loadable_tensors``)."""
+    ``tensors``: the model's, by name (``loadkit.loading.tensors.loadable_tensors``)."""
     recorder = Recorder()
     paths = {id(m): name for name, m in model.named_modules()}
     replace = mapper if replace_mapper else None
-    passes = _Passes(model, infos)
+    passes = _Passes(model, infos, tensors)
     start = 0
     with recording_loaders(tensors, recorder):
         watcher = WriteWatcher(tensors, recorder)
@@ -154,8 +167,11 @@ def _load_once(
 class _Passes:
     """Where each pass starts, from how the one before it ended; the keys left out on the way."""
 
-    def __init__(self, model: nn.Module, infos: Sequence[TensorInfo]) -> None:
+    def __init__(
+        self, model: nn.Module, infos: Sequence[TensorInfo], tensors: dict[str, torch.Tensor]
+    ) -> None:
         self.root_name = type(model).__name__
+        self.tensors = tensors
         self.position = {info.name: i for i, info in enumerate(infos)}
         self.out = _Exclusions(infos)
         self.complete = True
@@ -169,7 +185,7 @@ class _Passes:
             return 0 if now.start else None
         culprit = now.current
         if not now.exhausted and culprit is not None and culprit not in self.out.excluded:
-            self.out.add(error, culprit, mapper)
+            self.out.add(error, culprit, mapper, self.tensors)
             if runs >= MAX_RUNS:
                 self.complete = False
                 return None

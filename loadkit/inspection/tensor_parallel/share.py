@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import DTYPES, TensorInfo, open_checkpoint
+from loadkit.checkpoint.reader import TensorInfo, open_checkpoint
 from loadkit.errors import LoadkitError
+from loadkit.loading.meta import meta_tensor
 from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
 from loadkit.parallel.state import simulated_group, use_group
 
@@ -49,8 +50,7 @@ class RankShare:
 def meta_weights(tensors: Tensors):
     """The checkpoint as meta tensors, in the order ``Checkpoint.weights()`` would yield it."""
     for name, info in tensors.items():
-        dtype = getattr(torch, DTYPES[info.dtype][0])
-        yield name, torch.empty(info.shape, dtype=dtype, device="meta")
+        yield name, meta_tensor(info)
 
 
 def _load(model: nn.Module, weights: Any) -> None:

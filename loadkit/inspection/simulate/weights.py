@@ -1,44 +1,13 @@
-"""The model and the checkpoint as meta tensors: shapes, dtypes and attributes, no data."""
+"""The checkpoint as meta tensors that know their key: what the dry load streams into the model."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import nn
 
-from loadkit.checkpoint.dtypes import torch_dtype, torch_shape
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.inspection.records import ModelSummary
-from loadkit.loading.ledger import model_tensors
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``'float32'``."""
-    return str(dtype).removeprefix("torch.")
-
-
-def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters and persistent buffers by qualified name, each tied tensor once (under the
-    name ``LoadLedger`` gives it): what a load must fill. Computed once per dry load."""
-    by_name = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    return {name: by_name[name] for name in model_tensors(model)}
-
-
-def model_summary(model: nn.Module, spec: str) -> ModelSummary:
-    tensors = loadable_tensors(model)
-    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    describe = getattr(model, "backend_info", None)  # a model built from a config says how
-    return ModelSummary(
-        spec,
-        type(model).__name__,
-        len(tensors),
-        nbytes,
-        callable(getattr(model, "load_weights", None)),
-        pooling=bool(getattr(model, "is_pooling_model", False)),
-        backend=describe() if callable(describe) else None,
-    )
-
+from loadkit.loading.meta import meta_tensor
 
 _CARRIED = ("loadkit_key", "loadkit_file")
 
@@ -81,9 +50,7 @@ def meta_weight(info: TensorInfo) -> torch.Tensor:
         >>> w.dtype, w.clone().t().loadkit_key
         (torch.bfloat16, 'a.weight')
     """
-    dtype = torch_dtype(info.dtype)
-    shape = torch_shape(info.dtype, info.shape)  # F4: two values per torch element
-    t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(KeyedMeta)
+    t = meta_tensor(info).as_subclass(KeyedMeta)
     t.__dict__["loadkit_file"] = info.file  # load errors name the file, as for real tensors
     t.__dict__["loadkit_key"] = info.name  # names the key through delegation and renaming
     return t

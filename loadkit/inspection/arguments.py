@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_inputs(inspect)
     _add_output(inspect)
-    _add_rules(inspect)
+    _add_verdict(inspect, _add_rules(inspect))
     return parser
 
 
@@ -184,8 +184,8 @@ def _add_output(inspect: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_rules(inspect: argparse.ArgumentParser) -> None:
-    """The load rules, as the model's root ``AutoWeightsLoader`` applies them, and ``--probe``."""
+def _add_rules(inspect: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The load rules, as the model's root ``AutoWeightsLoader`` applies them; their group."""
     rules = inspect.add_argument_group(
         "rules", "as the model's root AutoWeightsLoader applies them; each repeatable"
     )
@@ -220,6 +220,11 @@ def _add_rules(inspect: argparse.ArgumentParser) -> None:
         help="any dtype cast fails the load (by default only incompatible casts do: float into "
         "int, ...)",
     )
+    return rules
+
+
+def _add_verdict(inspect: argparse.ArgumentParser, rules: argparse._ArgumentGroup) -> None:
+    """What decides the verdict (``--loader``, ``--strict-index``), and ``--probe``."""
     inspect.add_argument(
         "--loader",
         choices=("all", "vllm", "transformers"),

@@ -484,12 +484,12 @@ def test_model_specs_that_exit_or_explode(tmp_path, loadkit_cli):
 
 
 def test_an_internal_error_is_exit_3_in_one_line(tmp_path, monkeypatch, capsys):
-    import loadkit.inspection.inspector as inspector
+    import loadkit.inspection.cli as cli
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr(inspector, "inspect_checkpoint", broken)
+    monkeypatch.setattr(cli, "inspect", broken)
     assert main(["inspect", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert err == (

@@ -61,6 +61,8 @@ def oversized_length(head: bytes, n: int, size: int) -> str:
         f"{n} bytes: more than the file's {size}, and that exceeds the safetensors limit of "
         f"{MAX_HEADER_BYTES}"
     )
+
+
 MAX_ENTRY_CHARS = 1 << 20  # loadkit's own limit on one tensor's entry (safetensors has none)
 MAX_DEPTH = 127  # serde_json's recursion limit: nested arrays and objects, the root included
 U64_MAX = (1 << 64) - 1

@@ -419,7 +419,14 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         )
     elif r.clean and not tp_problems and not strict:
-        where = f" on each of {tp.tp} ranks" if tp is not None else ""
+        where = ""
+        if tp is not None and tp.simulated:
+            where = f" on each of {tp.tp} ranks"
+        elif tp is not None:  # nothing was loaded per rank: say what was checked
+            where = (
+                f" (tp={tp.tp}: the config's head counts and vocabulary split checked; "
+                "no rank simulated)"
+            )
         lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")

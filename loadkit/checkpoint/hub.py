@@ -93,11 +93,6 @@ def repo_folder(path: str) -> tuple[str, str] | None:
     return repo_id, os.path.dirname(os.path.abspath(path))
 
 
-def default_cache(text: str = "repo id") -> str:
-    """The cache huggingface_hub reads (``HF_HUB_CACHE``, ``HF_HOME``/hub or the default)."""
-    return str(_hub(text).constants.HF_HUB_CACHE)
-
-
 def resolve_snapshot(
     repo_id: str, revision: str | None = None, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> Snapshot:

@@ -81,7 +81,7 @@ def _open_snapshot(name: str, snapshot: Snapshot) -> tuple[Checkpoint, list[Inde
                 f"the hub lists '{file}' for commit {snapshot.commit}, but the cached snapshot "
                 "lacks it (an interrupted download?)"
             )
-            problems.append(IndexProblem("not downloaded", None, message))
+            problems.append(IndexProblem("not downloaded", None, message, severity="fails"))
     return ck, problems
 
 

@@ -285,7 +285,14 @@ def mapper_report(
                 ],
             }
         )
-    return MapperReport(source, list(rules.values()), traces, dropped, unchanged)
+    from loadkit.mapper import rematch_examples
+
+    report = MapperReport(source, list(rules.values()), traces, dropped, unchanged)
+    # Stacked rules vLLM 0.28.0 applies one inside the other's output, whatever this mapper's
+    # behaviour: the warning is about what vLLM does with these rules.
+    report.rematches = rematch_examples(mapper, names)
+    report.behaviour = mapper.behaviour
+    return report
 
 
 def inspect_checkpoint(

@@ -148,6 +148,18 @@ def _mapper(r: Report, limit: int) -> list[str]:
     ]
     if m.note:
         lines.append(f"  note: {printable(m.note)}")
+    for again in m.rematches:
+        lines.append(
+            f"  warning: stacked rule {again.then!r} matches inside the output of stacked rule "
+            f"{again.first!r} (vLLM 0.28.0 tries every stacked rule in turn): "
+            f"{printable(again.name)} -> {printable(str(again.result))}"
+        )
+        lines.append(
+            "           this mapper maps it once (behaviour='new')"
+            if m.behaviour == "new"
+            else f"           try {again.then!r} before {again.first!r}, or WeightsMapper(..., "
+            "behaviour='new')"
+        )
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"

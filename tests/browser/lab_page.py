@@ -242,6 +242,12 @@ class NotebookPage:
         plot.wait_for(timeout=30_000)
         return plot.evaluate(CHART_STATE_JS)
 
+    def chart_state_at(self, index: int) -> dict[str, Any]:
+        """The ``index``-th chart of the page, in page order (0: the first)."""
+        plot = self.page.locator(PLOT).nth(index)
+        plot.wait_for(timeout=30_000)
+        return plot.evaluate(CHART_STATE_JS)
+
     def chart_widths(self) -> list[tuple[float, float]]:
         """Each chart's width and the width of the output area it sits in, in pixels."""
         return self.page.locator(PLOT).evaluate_all(

@@ -10,15 +10,22 @@ the first chart after it is the chart that toggle drives.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_page import NotebookPage
+from lab_page import PLOT, NotebookPage
 from lab_server import REPO, LabServer
-from toggle_check import assert_toggle_drives_chart
+from notebook_code import notebook_namespace
+from toggle_check import (
+    assert_toggle_drives_chart,
+    describe_difference,
+    expected_traces,
+    page_traces,
+)
 from toy_story import main_records as toy_records
 from toy_story import write_toy_notebook
 
@@ -28,18 +35,35 @@ from loadkit.demo.viz import figure
 # notebook -> (story module, its function giving the records the main toggle swaps between, its
 # function drawing the chart for one record). The first record is where Run All leaves the toggle.
 BUG_NOTEBOOKS = {
-    "01_pooling_probe.ipynb": ("loadkit.demo.stories.pooling_probe", "main_records", "main_figure"),
-    "02_plamo2_autoweightsloader.ipynb": (
-        "loadkit.demo.stories.plamo2",
-        "deviation_maps",
-        "deviation_figure",
-    ),
-    "03_layerwise_reload.ipynb": ("loadkit.demo.stories.reload", "main_records", "toggle_figure"),
     "05_tensor_parallel.ipynb": (
         "loadkit.demo.stories.tensor_parallel",
         "main_records",
         "rows_figure",
     ),
+    # The notebook makes the calls itself; tests/browser/stacked_expected.py makes them again.
+    "06_stacked_mapper.ipynb": ("stacked_expected", "main_records", "rows_figure"),
+}
+
+
+def _reload_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
+    from loadkit.demo.stories import reload as story
+
+    run = functools.cache(ns["reload"])
+    return story.main_records(run), functools.partial(story.toggle_figure, reload=run)
+
+
+def _stream_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
+    from loadkit.demo.stories import pooling_probe as pp
+
+    records = {s: pp.stream_record(s, ns["runs_of"](s)) for s in ns["STREAMS"]}
+    return records, pp.main_figure
+
+
+# Notebooks whose experiment is a function of their own (a cell tagged "define"): notebook ->
+# (records, build) from the names those cells define, computed as the notebook computes them.
+DEFINED_TOGGLES: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Record], Any]]] = {
+    "01_pooling_probe.ipynb": _stream_toggle,
+    "03_layerwise_reload.ipynb": _reload_toggle,
 }
 MIN_WIDTH_SHARE = 0.95  # of the output area, for every chart
 
@@ -95,13 +119,16 @@ def test_unwired_copy_of_the_chart_fails_the_check(open_notebook, lab, lab_root,
     assert (tmp_path / "toy_chart_copy-console.txt").read_text().startswith("console errors")
 
 
-@pytest.mark.parametrize("name", list(BUG_NOTEBOOKS))
+@pytest.mark.parametrize("name", sorted([*BUG_NOTEBOOKS, *DEFINED_TOGGLES]))
 def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
     assert (REPO / "notebooks" / name).exists(), f"notebooks/{name} is gone (renamed?)"
-    module, records_fn, build_fn = BUG_NOTEBOOKS[name]
-    story = importlib.import_module(module)
-    records = getattr(story, records_fn)()
-    build = getattr(story, build_fn)
+    if name in DEFINED_TOGGLES:
+        records, build = DEFINED_TOGGLES[name](notebook_namespace(name))
+    else:
+        module, records_fn, build_fn = BUG_NOTEBOOKS[name]
+        story = importlib.import_module(module)
+        records = getattr(story, records_fn)()
+        build = getattr(story, build_fn)
     clicked = run_in_page_and_toggle(open_notebook, lab, name, records, tmp_path, build, rerun=True)
     assert set(clicked) == set(records) and len(clicked) == 2 * (len(records) + 1)
 
@@ -128,4 +155,49 @@ def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
             records = story.records(bug, int(tp))
             clicked = assert_toggle_drives_chart(page, records, story.rows_figure, timeout=15)
             assert set(clicked) == {"old", "new"}
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+def test_stacked_mapper_key_chart_shows_every_key_old_and_new(open_notebook, lab, tmp_path):
+    """Notebook 06's first chart (no toggle drives it): every checkpoint key's mapped name and
+    shard id, old and new side by side, as the library draws them from fresh traces."""
+    import stacked_expected
+
+    page = open_notebook("06_stacked_mapper.ipynb")
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        fig = stacked_expected.mapping_figure(stacked_expected.mapping())
+        state = page.chart_state_at(0)
+        assert state["title"] == fig.layout.title.text
+        assert page_traces(state) == expected_traces(None, lambda _: fig)  # type: ignore[arg-type]
+        (trace,) = state["traces"]
+        assert [row[0] for row in trace["z"]].count(2) == 8  # old: q_proj and k_proj, 2 layers
+        assert not any(row[1] == 2 for row in trace["z"])  # new: none
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+def test_plamo2_map_shows_every_loader_at_once(open_notebook, lab, tmp_path):
+    """Notebook 02 has no toggle: its first chart holds all four loaders. After Run All the page
+    draws exactly the library's map of the notebook's own loads, a screen high."""
+    from loadkit.demo.stories import plamo2 as story
+
+    name = "02_plamo2_autoweightsloader.ipynb"
+    ns = notebook_namespace(name)
+    loads = {b: ns["load"](b) for b in ns["BEHAVIOURS"]}
+    reference = story.reference_state(loads["new"].model, ns["stream"])
+    record = story.deviation_map(loads, reference)
+    expected = expected_traces(record, story.deviation_figure)
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        shown = page_traces(page.chart_state_at(0))
+        assert shown == expected, describe_difference(shown, expected)
+        height = page.page.locator(PLOT).first.bounding_box()["height"]
+        assert height <= 600, f"the map is {height:.0f} px high: more than a screen with its text"
         assert not page.errors, f"the page logged errors: {page.errors}"

@@ -159,3 +159,24 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
     line = remote.stdout.splitlines()[1]
     said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
     assert line.startswith(said)
+
+
+def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tmp_path):
+    folder, _ = bert
+    files = folder_files(folder)
+    lost = "model-00003-of-00004.safetensors"
+    kept = {name: path for name, path in files.items() if name != lost}
+    add_snapshot(tmp_path, "org/bert", kept, commit=ONE, missing=(lost,))
+    got = loadkit_cli("inspect", "org/bert", env={"HF_HUB_CACHE": str(tmp_path)})
+    assert got.returncode == 1, got.stderr  # what the snapshot lacks fails the checkpoint
+    lines = got.stdout.splitlines()
+    assert lines[1:3] == [
+        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        f"    the snapshot lacks {lost} (an incomplete download)",
+    ]
+    assert (
+        f"    not downloaded: the hub lists '{lost}' for commit {ONE}, but the cached snapshot "
+        "lacks it (an interrupted download?)"
+    ) in lines
+    assert any(line.startswith("    missing shard") for line in lines)
+    assert "  index problems (14): 13 stop the load (a tensor cannot be read)" in got.stdout

@@ -332,3 +332,26 @@ def test_a_failing_load_is_not_replayed_and_finalize_restores_the_model():
     with pytest.warns(UnloadedLayerWarning):
         assert finalize_layerwise_reload(mixer) == []
     assert torch.equal(mixer.dt_bias, keep) and not mixer.dt_bias.is_meta
+
+
+def test_a_layers_total_counts_its_buffers_too():
+    """As vLLM 0.28.0 counts: direct parameters and buffers (non-persistent ones included), so a
+    layer whose loads fill only its parameters is never finalised by its count."""
+
+    class Normed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
+            self.register_buffer("scale", torch.ones(3))
+            self.register_buffer("cache", torch.ones(2), persistent=False)
+
+    layer = Normed()
+    record_metadata_for_reloading(layer)
+    initialize_layerwise_reload(layer, behaviour="new")
+    layer.weight.weight_loader(layer.weight, torch.full((4,), 2.0))  # the wrapped loader
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        partly = finalize_layerwise_reload(layer)
+    step = reload_log(layer)[0]
+    assert (step.parameter, step.counted, step.running, step.total) == ("weight", 4, 4, 9)
+    assert not step.finalised and partly == [""]  # 4 of 9: still open when finalize came

@@ -1,85 +1,46 @@
-"""The scenarios behind notebooks/02_plamo2_autoweightsloader.ipynb (vLLM #41699).
+"""Notebook 02's pictures of the Plamo2 loaders (vLLM #41699): what each load left.
 
-Every scenario loads the committed checkpoints in ``data/plamo2/`` into the model of
-``loadkit.models.plamo2`` with one behaviour and measures the result against ``reference_state``:
-the correct values computed independently of the loaders (parameter by parameter, with the
-``in_proj`` order from explicit index arithmetic). Loaders add norm offsets in place, so
-every load here is handed fresh copies (``fresh``).
+The notebook loads for real in a function of its own (``Plamo2ForCausalLM(config,
+behaviour=...)``, ``load_weights`` over ``make_checkpoint``'s tensors as the committed file
+streams them) and hands the loaded models here. ``reference_state`` computes the correct values
+independently of the loaders (parameter by parameter, with the ``in_proj`` order from explicit
+index arithmetic); the functions here compare and draw.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import open_checkpoint
-from loadkit.demo.scenario import Record, Series, run_behaviours
+from loadkit.demo.scenario import Record, Series
 from loadkit.demo.show import Table
-from loadkit.demo.stories import DATA_DIR
-from loadkit.errors import CheckpointError
 from loadkit.fmt import WIDTH, wrap
-from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, ledger_of
 from loadkit.models._common import RMSNorm, rms_norm
 from loadkit.models.dyadic import dyadic_uniform
 from loadkit.models.plamo2 import (
-    BEHAVIOURS,
     FINAL_NORM_TESTS,
     NameStep,
     Plamo2Config,
     Plamo2ForCausalLM,
     checkpoint_name,
-    config_from_checkpoint,
 )
 from loadkit.vocab import Status
 
-DEVIATION = "max |loaded - correct|"
-# The committed Plamo2 checkpoints (data/generate.py writes them), under data/.
-DATA_FILES = {
-    "untied": "plamo2/untied.safetensors",
-    "tied": "plamo2/tied.safetensors",
-    "tied-with-lm-head": "plamo2/tied-with-lm-head",
-}
-Weights = list[tuple[str, torch.Tensor]]
-
-# --- checkpoints ----------------------------------------------------------------------------------
+Weights = Sequence[tuple[str, torch.Tensor]]
 
 
-def data_path(kind: str) -> Path:
-    """``data/plamo2/...`` for ``kind`` in ``"untied"``, ``"tied"``, ``"tied-with-lm-head"``."""
-    path = DATA_DIR / DATA_FILES[kind]
-    if not path.exists():
-        raise CheckpointError(str(path), "missing: run `python data/generate.py` to write it")
-    return path
+@dataclasses.dataclass
+class Loaded:
+    """One load as the notebook ran it: the model and what its ``load_weights`` returned."""
 
-
-def read_weights(kind: str) -> Weights:
-    """The checkpoint's ``(name, tensor)`` pairs in stream order (shards by file name)."""
-    return list(open_checkpoint(data_path(kind)).weights())
-
-
-def config_of(kind: str) -> Plamo2Config:
-    """The config inferred from the checkpoint header; ``tied-with-lm-head`` is tied by design."""
-    config = config_from_checkpoint(open_checkpoint(data_path(kind)).tensors)
-    if kind == "tied-with-lm-head":  # carries lm_head.weight, so inference says untied
-        config = dataclasses.replace(config, tie_word_embeddings=True)
-    return config
-
-
-def fresh(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Copies of the weights: loaders add norm offsets in place."""
-    return ((name, tensor.clone()) for name, tensor in weights)
-
-
-def load(behaviour: str, config: Plamo2Config, weights: Weights) -> Plamo2ForCausalLM:
-    model = Plamo2ForCausalLM(config, behaviour=behaviour)
-    model.load_weights(fresh(weights))
-    return model
+    behaviour: str
+    model: Any  # Plamo2ForCausalLM
+    returned: set[str] | None
 
 
 # --- the correct values, computed without the loaders -------------------------------------------
@@ -109,14 +70,14 @@ _NORM_OFFSET_BY_MODULE = {
 }
 
 
-def reference_state(config: Plamo2Config, weights: Weights) -> dict[str, torch.Tensor]:
-    """The correct value of every parameter (``named_parameters`` names, tied ones once)."""
+def reference_state(model: Plamo2ForCausalLM, weights: Weights) -> dict[str, torch.Tensor]:
+    """The correct value of every parameter of ``model`` (``named_parameters`` names, tied ones
+    once), from the checkpoint's ``weights``."""
     ckpt = dict(weights)
-    with torch.device("meta"):
-        names = [n for n, _ in Plamo2ForCausalLM(config).named_parameters()]
+    config = model.config
     rows = torch.tensor(in_proj_source_rows(config))
     out = {}
-    for name in names:
+    for name, _ in model.named_parameters():
         w = ckpt[checkpoint_name(name)].clone()
         module = name.rsplit(".", 2)[-2]
         if name.endswith(".mixer.in_proj.weight"):
@@ -146,7 +107,7 @@ def deviations(
 
 
 def norm_forward_deltas(
-    model: Plamo2ForCausalLM, reference: Mapping[str, torch.Tensor], seed: int = 0, tokens: int = 4
+    model: nn.Module, reference: Mapping[str, torch.Tensor], seed: int = 0, tokens: int = 4
 ) -> dict[str, float]:
     """Per RMSNorm: max |norm(x) - correct norm(x)| on a fixed seeded input ``x``.
 
@@ -166,30 +127,14 @@ def norm_forward_deltas(
     return out
 
 
-def _kind(tied: bool) -> str:
-    return "tied" if tied else "untied"
-
-
-def deviation_record(behaviour: str, *, tied: bool = False) -> Record:
-    """The main chart's record: per parameter, how far the loaded value is from the correct one."""
-    kind = _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
-    reference = reference_state(config, weights)
-    model = Plamo2ForCausalLM(config, behaviour=behaviour)
-    returned = model.load_weights(fresh(weights))
-    devs = deviations(model, reference)
-    norms = norm_forward_deltas(model, reference)
-    record = Record(behaviour)
-    record.series[DEVIATION] = Series(
-        x=list(devs),
-        y=[worst for worst, _ in devs.values()],
-        mode="bar",
-        text=[f"{mean:+.4g}" if worst else "" for worst, mean in devs.values()],  # signed shift
-    )
+def outcome(loaded: Loaded, reference: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """What one load got wrong, and what its accounting saw."""
+    devs = deviations(loaded.model, reference)
+    norms = norm_forward_deltas(loaded.model, reference)
     wrong = [n for n, (worst, _) in devs.items() if worst]
-    ledger = ledger_of(model)
-    record.outcome = {
-        "checkpoint": kind,
+    ledger = ledger_of(loaded.model)
+    returned = loaded.returned
+    return {
         "parameters": len(devs),
         "wrong parameters": len(wrong),
         "wrong": {n: round(devs[n][1], 6) for n in wrong},
@@ -199,23 +144,32 @@ def deviation_record(behaviour: str, *, tied: bool = False) -> Record:
         "ledger never loaded": len(ledger.never_loaded) if ledger else "-",
         "load_weights returned": "None" if returned is None else f"set of {len(returned)} names",
     }
+
+
+def summary(loaded: Loaded, reference: Mapping[str, torch.Tensor]) -> str:
+    """``outcome`` as aligned lines under the behaviour's name."""
+    return Record(loaded.behaviour, outcome=outcome(loaded, reference)).summary()
+
+
+def deviation_map(loads: Mapping[str, Loaded], reference: Mapping[str, torch.Tensor]) -> Record:
+    """Every parameter under every behaviour: the signed shift of a wrong parameter, else 0.
+
+    One series per behaviour (x: parameter names, y: mean signed loaded - correct where the
+    parameter is wrong, 0 where it is exact): the heatmap's columns.
+    """
+    record = Record("every loader")
+    for behaviour, loaded in loads.items():
+        devs = deviations(loaded.model, reference)
+        shifts = [mean if worst else 0.0 for worst, mean in devs.values()]
+        record.series[behaviour] = Series(list(devs), [round(v, 6) for v in shifts], mode="bar")
     return record
 
 
-def main_records(tied: bool = False) -> dict[str, Record]:
-    """The records the notebook's behaviour toggle swaps between (one per behaviour)."""
-    return run_behaviours(deviation_record, BEHAVIOURS, tied=tied)
-
-
-def forward_record(*, tied: bool = False) -> Record:
+def forward_record(loads: Mapping[str, Loaded], reference: Mapping[str, torch.Tensor]) -> Record:
     """Per RMSNorm, per behaviour: max |output - correct output| on the fixed input."""
-    kind = _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
-    reference = reference_state(config, weights)
     record = Record("all behaviours")
-    for behaviour in BEHAVIOURS:
-        deltas = norm_forward_deltas(load(behaviour, config, weights), reference)
-        for norm, delta in deltas.items():
+    for behaviour, loaded in loads.items():
+        for norm, delta in norm_forward_deltas(loaded.model, reference).items():
             record.add_point(behaviour, norm, delta, mode="bar")
     return record
 
@@ -234,15 +188,13 @@ def _what(step: NameStep) -> str:
     return ", ".join(parts) or "as is"
 
 
-def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int = 0) -> Table:
+def delegation_table(loaded: Loaded, *, limit: int = 0) -> Table:
     """Each checkpoint name, the loader that handled it, the name that loader saw, and the result.
 
-    Built from the real load: the root's ledger (who got which name) and the steps the loader
-    that converted the name recorded. ``limit`` > 0 keeps the first rows and names how many more.
+    Read from the load: the root's ledger (who got which name) and the steps the loader that
+    converted the name recorded. ``limit`` > 0 keeps the first rows and names how many more.
     """
-    kind = _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
-    model = load(behaviour, config, weights)
+    behaviour, model = loaded.behaviour, loaded.model
     ledger = ledger_of(model)
     assert ledger is not None
     steps = iter(model.load_trace if behaviour == "old" else model.model.load_trace)
@@ -266,22 +218,18 @@ def delegation_table(behaviour: str = "new", *, tied: bool = False, limit: int =
     return Table(head, shown, more)
 
 
-def delegation_picture(
-    behaviour: str = "new", *, tied: bool = False, examples: int = 2, width: int = WIDTH
-) -> str:
+def delegation_picture(loaded: Loaded, *, examples: int = 2, width: int = WIDTH) -> str:
     """The load as a tree: which level got which names, spelled as that level saw them.
 
-    Drawn from a real load: the root ledger (what the walk did with each first name component)
-    and the names ``Plamo2Model.load_weights`` actually received. Lines longer than ``width``
-    are folded (``fmt.wrap``).
+    Read from the load: the root ledger (what the walk did with each first name component) and
+    the names ``Plamo2Model.load_weights`` actually received. Lines longer than ``width`` are
+    folded (``fmt.wrap``).
     """
-    return wrap(_delegation_lines(behaviour, tied, examples), width)
+    return wrap(_delegation_lines(loaded, examples), width)
 
 
-def _delegation_lines(behaviour: str, tied: bool, examples: int) -> str:
-    kind = _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
-    model = load(behaviour, config, weights)
+def _delegation_lines(loaded: Loaded, examples: int) -> str:
+    behaviour, model = loaded.behaviour, loaded.model
     ledger = ledger_of(model)
     assert ledger is not None
 
@@ -302,7 +250,7 @@ def _delegation_lines(behaviour: str, tied: bool, examples: int) -> str:
                 + ", ".join(f"'{s.renamed}'" for s in steps if s.final_norm_test),
             ]
         )
-    skip = "['lm_head.']" if config.tie_word_embeddings else "None"
+    skip = "['lm_head.']" if model.config.tie_word_embeddings else "None"
     lines = [
         f"Plamo2ForCausalLM.load_weights -> AutoWeightsLoader(self, skip_prefixes={skip}) "
         f"gets {len(names)} names: {eg(names)}",
@@ -329,17 +277,15 @@ def _delegation_lines(behaviour: str, tied: bool, examples: int) -> str:
     return "\n".join(lines)
 
 
-def final_norm_test_table(*, tied: bool = False) -> Table:
+def final_norm_test_table(loads: Mapping[str, Loaded], weights: Weights) -> Table:
     """For every name with ``norm`` in it: the name each loader saw and its final-norm answer.
 
-    Answers come from the loaders' own recorded steps; ``offset`` means a per-layer norm rule
+    Answers come from the loaders' own recorded steps; ``(+x)`` means a per-layer norm rule
     matched first (the final-norm test is never asked for those).
     """
-    kind = _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
     traces: dict[str, dict[str, NameStep]] = {}
-    for b in BEHAVIOURS:
-        model = load(b, config, weights)
+    for b, loaded in loads.items():
+        model = loaded.model
         traces[b] = {
             s.received if b == "old" else f"model.{s.received}": s
             for s in (model.load_trace if b == "old" else model.model.load_trace)
@@ -356,15 +302,10 @@ def final_norm_test_table(*, tied: bool = False) -> Table:
         "checkpoint name",
         "seen at root",
         "seen in Plamo2Model",
-        *(f"{b}: {FINAL_NORM_TESTS[b][0]}" for b in BEHAVIOURS),
+        *(f"{b}: {FINAL_NORM_TESTS[b][0]}" for b in loads),
     ]
     rows = [
-        [
-            n,
-            traces["old"][n].renamed,
-            traces["new"][n].renamed,
-            *(answer(b, n) for b in BEHAVIOURS),
-        ]
+        [n, traces["old"][n].renamed, traces["new"][n].renamed, *(answer(b, n) for b in loads)]
         for n in names
     ]
     return Table(head, rows)
@@ -386,36 +327,32 @@ def _ledger_summary(ledger: LoadLedger) -> tuple[str, str]:
     return f"{len(ledger.entries)}: {ck}", f"{len(ledger.params)}: {pm}"
 
 
-def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> Table:
+def ledger_side_by_side(old: Loaded, new: Loaded) -> Table:
     """The old and the new loader's ledgers over one checkpoint, one parameter per row."""
-    kind = kind or _kind(tied)
-    config, weights = config_of(kind), read_weights(kind)
-    ledgers = {}
-    returned = {}
-    for b in ("old", "new"):
-        model = Plamo2ForCausalLM(config, behaviour=b)
-        got = model.load_weights(fresh(weights))
-        returned[b] = "None" if got is None else f"set of {len(got)} names"
-        ledgers[b] = _ledger(model)
-    old, new = ledgers["old"], ledgers["new"]
+    ledgers = {"old": _ledger(old.model), "new": _ledger(new.model)}
+    returned = {
+        x.behaviour: "None" if x.returned is None else f"set of {len(x.returned)} names"
+        for x in (old, new)
+    }
+    lo, ln = ledgers["old"], ledgers["new"]
     loaded = {b: {p.name for p in lg.params_with(Status.LOADED)} for b, lg in ledgers.items()}
     rows = [
-        ("checkpoint names", *_ledger_summary(old)[:1], _ledger_summary(new)[0]),
-        ("model tensors", _ledger_summary(old)[1], _ledger_summary(new)[1]),
+        ("checkpoint names", _ledger_summary(lo)[0], _ledger_summary(ln)[0]),
+        ("model tensors", _ledger_summary(lo)[1], _ledger_summary(ln)[1]),
         ("load_weights returned", returned["old"], returned["new"]),
     ]
-    for name, p_old in old.params.items():
-        p_new = new.params[name]
+    for name, p_old in lo.params.items():
+        p_new = ln.params[name]
         o = ", ".join(p_old.sources) or p_old.status
         n = ", ".join(p_new.sources) or (f"via {p_new.via}" if p_new.via else p_new.status)
         alias = f" (= {', '.join(p_old.aliases)})" if p_old.aliases else ""
         rows.append((name + alias, o, n))
-    for e_old, e_new in zip(old.entries, new.entries, strict=True):
+    for e_old, e_new in zip(lo.entries, ln.entries, strict=True):
         if Status.SKIPPED in (e_old.status, e_new.status):
             rows.append((f"checkpoint {e_old.name}", f"skipped: {e_old.rule}", e_new.rule or ""))
     conclusion = (
         f"same parameters loaded: {loaded['old'] == loaded['new']}; "
-        f"never loaded: old {old.never_loaded}, new {new.never_loaded}"
+        f"never loaded: old {lo.never_loaded}, new {ln.never_loaded}"
     )
     return Table(("", "old", "new"), rows, [conclusion])
 
@@ -423,37 +360,15 @@ def ledger_side_by_side(*, tied: bool = False, kind: str | None = None) -> Table
 # --- the tied lm_head ---------------------------------------------------------------------------
 
 
-LM_HEAD_CASES = (
-    "old: skips tied lm_head.weight by name",
-    "new: skip_prefixes=['lm_head.']",
-    "new, skip_prefixes removed",
-    "new, skip_prefixes removed, lm_head.weight first",
-)
+def lm_head_record(cases: Mapping[str, Any], embed: torch.Tensor, head: torch.Tensor) -> Record:
+    """Tied models (one per case) loaded from a checkpoint that carries ``lm_head.weight``:
+    what each embedding holds against the checkpoint's ``embed`` and ``head`` tensors.
 
-
-def lm_head_overwrite() -> Record:
-    """Tied config, checkpoint carrying ``lm_head.weight`` (second shard): what the embedding holds.
-
-    Series: per case, max |embedding - checkpoint embedding|. "skip_prefixes removed" is
-    ``AutoWeightsLoader(model).load_weights(...)``: exactly the new ``load_weights`` without the
-    skip. "lm_head.weight first" streams the same tensors in single-file order (the safetensors
-    library writes tensors sorted by name, so ``lm_head.`` precedes ``model.``).
+    Series: per case, max |embedding - checkpoint embedding|; events: the ledger's word on
+    ``lm_head.weight`` and where the embedding came from.
     """
-    kind = "tied-with-lm-head"
-    config, weights = config_of(kind), read_weights(kind)
-    ckpt = dict(weights)
-    embed, head = ckpt["model.embed_tokens.weight"], ckpt["lm_head.weight"]
-    head_first = sorted(weights, key=lambda nw: nw[0] != "lm_head.weight")
     record = Record("tied, lm_head.weight in the checkpoint")
-    for case in LM_HEAD_CASES:
-        if case.startswith("old"):
-            model = load("old", config, weights)
-        elif "removed" not in case:
-            model = load("new", config, weights)
-        else:
-            model = Plamo2ForCausalLM(config, behaviour="new")
-            stream = head_first if case.endswith("first") else weights
-            AutoWeightsLoader(model).load_weights(fresh(stream))
+    for case, model in cases.items():
         ledger = ledger_of(model)
         assert ledger is not None
         got = model.model.embed_tokens.weight.detach()
@@ -488,36 +403,28 @@ def lm_head_table(record: Record) -> str:
 # --- the in_proj reorder ------------------------------------------------------------------------
 
 
-def in_proj_labels(config: Plamo2Config) -> tuple[list[str], list[str]]:
+def in_proj_labels(config: Plamo2Config, loaded_rows: Sequence[int]) -> tuple[list[str], list[str]]:
     """Row labels of ``in_proj.weight`` before (checkpoint) and after (loaded) the reorder.
 
-    The "after" labels come from running the model's real loader on a checkpoint whose
-    ``in_proj`` rows each hold their own checkpoint row number.
+    ``loaded_rows``: for each loaded row, the checkpoint row it holds, as the notebook read it
+    back from a load of rows that carry their own number.
     """
-    d, heads = config.hidden_size_per_head, config.mamba_num_heads
+    d = config.hidden_size_per_head
 
     def label(row: int) -> str:
         h, r = divmod(row, 2 * d)
         half, j = divmod(r, d)
         return f"h{h} {'gate' if half == 0 else 'x'}{j}"
 
-    rows = 2 * heads * d
-    before = [label(r) for r in range(rows)]
-    model = Plamo2ForCausalLM(config, behaviour="new")
-    layer = next(i for i in range(config.num_hidden_layers) if config.is_mamba(i))
-    name = f"layers.layers.{layer}.mixer.in_proj.weight"
-    tagged = torch.arange(rows, dtype=torch.float32)[:, None].expand(rows, config.hidden_size)
-    model.model.load_weights([(name, tagged.clone())])
-    loaded = dict(model.named_parameters())[f"model.{name}"].detach()[:, 0]
-    after = [label(int(v)) for v in loaded.tolist()]
-    return before, after
+    before = [label(r) for r in range(2 * config.mamba_num_heads * d)]
+    return before, [label(int(r)) for r in loaded_rows]
 
 
-def in_proj_figure(config: Plamo2Config) -> Any:
+def in_proj_figure(config: Plamo2Config, loaded_rows: Sequence[int]) -> Any:
     """Heatmap: row by row, which head (colour) and which half (text) before and after."""
     import plotly.graph_objects as go
 
-    before, after = in_proj_labels(config)
+    before, after = in_proj_labels(config, loaded_rows)
     z = [[int(s.split()[0][1:]) for s in row] for row in (before, after)]
     # Cell text: head over half and index ("h1<br>g2": head 1, gate row 2), compact enough for
     # narrow cells; the hover repeats it in full.
@@ -554,40 +461,32 @@ def in_proj_figure(config: Plamo2Config) -> Any:
 
 
 def _short(name: str) -> str:
+    if name in ("model.norm", "model.norm.weight"):
+        return name.removeprefix("model.") + " (final)"
     return name.removeprefix("model.").replace("layers.layers.", "layers.")
 
 
-def deviation_map(tied: bool = False) -> Record:
-    """Every parameter under every behaviour: the signed shift of a wrong parameter, else 0.
-
-    One series per behaviour (x: parameter names, y: mean signed loaded - correct where the
-    parameter is wrong, 0 where it is exact): the heatmap's columns.
-    """
-    record = Record(_kind(tied))
-    for behaviour, rec in main_records(tied=tied).items():
-        wrong = rec.outcome["wrong"]
-        names = rec.series[DEVIATION].x
-        record.series[behaviour] = Series(names, [wrong.get(n, 0.0) for n in names], mode="bar")
-    return record
-
-
-def deviation_maps() -> dict[str, Record]:
-    """The heatmap's records, untied and tied: what the notebook's checkpoint toggle swaps."""
-    return {r.behaviour: r for r in (deviation_map(False), deviation_map(True))}
-
-
 def behaviour_heatmap(record: Record, *, title: str, unit: str, signed: bool) -> Any:
-    """Rows: the series' x (parameters or norms); columns: behaviours; empty cells are exact.
+    """Rows: the series' x (parameters or norms) that differ under some behaviour, then one row
+    for all the others (exact under every behaviour); columns: behaviours; empty cells exact.
 
-    Column labels say how many rows differ ("all exact" when none), so no behaviour looks empty.
+    Column labels say how many rows differ ("all exact" when none), so no behaviour looks empty;
+    the chart stays a screen high however many rows are exact.
     """
     import plotly.graph_objects as go
 
     from loadkit.demo.viz import base_figure
 
     behaviours = list(record.series)
-    rows = list(next(iter(record.series.values())).x)
-    z = [[record.series[b].y[i] for b in behaviours] for i in range(len(rows))]
+    names = list(next(iter(record.series.values())).x)
+    full = [[record.series[b].y[i] for b in behaviours] for i in range(len(names))]
+    shown = [i for i, row in enumerate(full) if any(row)]
+    others = len(names) - len(shown)
+    rows = [_short(names[i]) for i in shown]
+    z = [full[i] for i in shown]
+    if others:
+        rows.append(f"{others} others: exact everywhere")
+        z.append([0.0] * len(behaviours))
     labels = []
     for b in behaviours:
         bad = sum(1 for v in record.series[b].y if v)
@@ -599,46 +498,40 @@ def behaviour_heatmap(record: Record, *, title: str, unit: str, signed: bool) ->
         if signed
         else [[0, "#f1f4f7"], [1, "#d1495b"]]
     )
-    fig = base_figure(title, height=170 + 24 * len(rows))
+    fig = base_figure(title, height=200 + 34 * len(rows))
     fig.add_trace(
         go.Heatmap(
             z=z,
             x=labels,
-            y=[_short(r) for r in rows],
+            y=rows,
             text=text,
             texttemplate="%{text}",
+            textfont={"size": 14},
             zmin=-top if signed else 0,
             zmax=top,
             colorscale=scale,
             showscale=False,
-            xgap=2,
-            ygap=2,
+            xgap=3,
+            ygap=3,
             hovertemplate="%{y}<br>%{x}<br>" + unit + ": %{z}<extra></extra>",
         )
     )
-    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=130)
+    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=130, margin_l=230)
     return fig
 
 
 def deviation_figure(record: Record) -> Any:
-    """The heatmap of ``deviation_map``: 30 parameters by 4 behaviours, signed shifts in cells."""
+    """``deviation_map``'s heatmap: the wrong parameters by behaviour, signed shifts in cells."""
     return behaviour_heatmap(
         record,
-        title=f"Wrong parameters after each loader, by checkpoint [{record.behaviour}]",
+        title="Wrong parameters after each loader (loaded - correct)",
         unit="loaded - correct",
         signed=True,
     )
 
 
-def main_view() -> Any:
-    """The checkpoint toggle (untied / tied) over ``deviation_maps()`` and its heatmap."""
-    from loadkit.demo.viz import record_view
-
-    return record_view(deviation_maps(), deviation_figure, description="checkpoint")
-
-
 def forward_figure(record: Record) -> Any:
-    """Per RMSNorm and behaviour, max |output - correct output|: ``forward_record()`` as a map."""
+    """Per RMSNorm and behaviour, max |output - correct output|: ``forward_record`` as a map."""
     return behaviour_heatmap(
         record,
         title="RMSNorm outputs on a fixed input: max |output - correct output|",

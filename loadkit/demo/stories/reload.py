@@ -1,41 +1,26 @@
-"""The layerwise-reload story (notebook 03): a NemotronH-like model reloaded in place.
+"""Notebook 03's pictures of a layerwise reload: what the reload log and the reloaded model show.
 
-A run loads ``data/nemotron_h/initial.safetensors`` (seed 0), records the metadata, then reloads
-``update-<order>.safetensors`` (seed 1, the "RL update") layerwise under one behaviour, through the
-model's own ``load_weights``. It keeps the reload log, every parameter's fate, the live storage
-pointers and the logits of a fixed prompt. Records turn a run into chart series for a chosen set
-of layers; ``main_records()`` is what the notebook's old/new toggle swaps between.
+The notebook runs the reload itself (``record_metadata_for_reloading``,
+``initialize_layerwise_reload``, the model's ``load_weights``, ``finalize_layerwise_reload``,
+``reload_log``) in a function of its own; ``ReloadRun.of`` reads what that run left (the log,
+every parameter's values, the storage pointers, the logits) and the functions here draw it. The
+explorer takes the notebook's function and calls it again when a widget asks for another order.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.demo.scenario import Record, Series
-from loadkit.demo.stories import DATA_DIR
 from loadkit.fmt import table
-from loadkit.loading.counting import CopyCounter, get_numel_loaded
 from loadkit.loading.ledger import ledger_of
-from loadkit.loading.weight_loaders import loader_of
-from loadkit.models.nemotron_h import ORDERS, NemotronHForCausalLM, config_from_checkpoint
-from loadkit.reload.layerwise import (
-    ReloadStep,
-    finalize_layerwise_reload,
-    initialize_layerwise_reload,
-    record_metadata_for_reloading,
-    reload_log,
-)
-from loadkit.vocab import BEHAVIOURS, check_behaviour
+from loadkit.reload.layerwise import ReloadStep
 
-DATA = DATA_DIR / "nemotron_h"
-PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8])
 MIXERS = "mamba mixers"
 ORDER_LABELS = {
     "d-last": "D last (A_log, dt_bias, D)",
@@ -45,12 +30,6 @@ ORDER_LABELS = {
 
 LOADED, DROPPED, NAN, KEPT = "loaded", "dropped → NaN", "NaN (not loaded)", "kept (not in update)"
 STATUSES = (LOADED, DROPPED, NAN, KEPT)
-
-
-def _never_loaded(model: torch.nn.Module) -> list[str]:
-    ledger = ledger_of(model)
-    assert ledger is not None, "the load left no ledger"
-    return ledger.never_loaded
 
 
 def _short(name: str) -> str:
@@ -75,6 +54,54 @@ class ReloadRun:
     ledger_never_loaded: int  # what AutoWeightsLoader's ledger saw: drops happen below it
     warnings: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(
+        cls,
+        model: Any,
+        steps: list[ReloadStep],
+        *,
+        behaviour: str,
+        order: str,
+        logits: torch.Tensor,
+        reference: torch.Tensor,
+        storage: Mapping[str, int],
+        partly_loaded: list[str],
+        caught: list[Any],  # warnings.catch_warnings(record=True)
+    ) -> ReloadRun:
+        """Read a finished reload: ``steps`` is ``reload_log(model)``, ``logits`` the reloaded
+        model's on the prompt, ``reference`` a fresh load's, ``storage`` the parameters'
+        ``data_ptr()`` before the reload."""
+        dropped = {f"{s.layer}.{s.parameter}" for s in steps if s.dropped}
+        counted = {f"{s.layer}.{s.parameter}" for s in steps if not s.dropped and s.parameter}
+        status = {}
+        for name, p in model.named_parameters():
+            if name in dropped:
+                status[_short(name)] = DROPPED
+            elif bool(torch.isnan(p).any()):
+                status[_short(name)] = NAN
+            else:
+                status[_short(name)] = LOADED if name in counted else KEPT
+        finite = ~torch.isnan(logits)
+        ledger = ledger_of(model)
+        pattern = model.config.hybrid_override_pattern
+        return cls(
+            behaviour=behaviour,
+            order=order,
+            steps=steps,
+            status=status,
+            blocks=[f"layers.{i} ({k})" for i, k in enumerate(pattern)],
+            pointers_kept=all(p.data_ptr() == storage[n] for n, p in model.named_parameters()),
+            logits_nan=int((~finite).sum()),
+            logits_total=logits.numel(),
+            nan_per_token=[int(n) for n in (~finite).sum(-1)],
+            max_error=(
+                float((logits[finite] - reference[finite]).abs().max()) if finite.any() else 0.0
+            ),
+            partly_loaded=[_short(n) for n in partly_loaded],
+            ledger_never_loaded=len(ledger.never_loaded) if ledger is not None else -1,
+            warnings=[f"{w.category.__name__}: {w.message}" for w in caught],
+        )
+
     def layer_names(self, pick: str = MIXERS) -> list[str]:
         """Layers (modules with direct parameters) the chart shows for a picker choice."""
         layers = list(dict.fromkeys(s.layer for s in self.steps))
@@ -84,63 +111,8 @@ class ReloadRun:
         return [n for n in layers if _short(n).startswith(block + ".")]
 
 
-def _model_and_initial() -> NemotronHForCausalLM:
-    initial = open_checkpoint(DATA / "initial.safetensors")
-    model = NemotronHForCausalLM(config_from_checkpoint(initial.tensors))
-    model.load_weights(initial.weights())
-    return model
-
-
-@functools.lru_cache(maxsize=3)
-def _fresh_logits(order: str) -> torch.Tensor:
-    """Logits of a model loaded from the update the ordinary way (no reload): the reference."""
-    model = _model_and_initial()
-    model.load_weights(open_checkpoint(DATA / f"update-{order}.safetensors").weights())
-    return model(PROMPT)
-
-
-@functools.lru_cache(maxsize=8)
-def run_reload(behaviour: str = "new", order: str = "d-last") -> ReloadRun:
-    """Reload the update in ``order`` into a running model under ``behaviour`` (cached)."""
-    check_behaviour(order, ORDERS, what="order")
-    model = _model_and_initial()
-    record_metadata_for_reloading(model)
-    pointers = {n: p.data_ptr() for n, p in model.named_parameters()}
-    update = open_checkpoint(DATA / f"update-{order}.safetensors")
-    initialize_layerwise_reload(model, behaviour=behaviour)  # type: ignore[arg-type]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.load_weights(update.weights())
-        partly = finalize_layerwise_reload(model)
-    steps = reload_log(model)
-    dropped = {f"{s.layer}.{s.parameter}" for s in steps if s.dropped}
-    counted = {f"{s.layer}.{s.parameter}" for s in steps if not s.dropped and s.parameter}
-    status = {}
-    for name, p in model.named_parameters():
-        if name in dropped:
-            status[_short(name)] = DROPPED
-        elif bool(torch.isnan(p).any()):
-            status[_short(name)] = NAN
-        else:
-            status[_short(name)] = LOADED if name in counted else KEPT
-    logits, ref = model(PROMPT), _fresh_logits(order)
-    finite = ~torch.isnan(logits)
-    pattern = model.config.hybrid_override_pattern
-    return ReloadRun(
-        behaviour=behaviour,
-        order=order,
-        steps=steps,
-        status=status,
-        blocks=[f"layers.{i} ({k})" for i, k in enumerate(pattern)],
-        pointers_kept=all(p.data_ptr() == pointers[n] for n, p in model.named_parameters()),
-        logits_nan=int((~finite).sum()),
-        logits_total=logits.numel(),
-        nan_per_token=[int(n) for n in (~finite).sum(-1)],
-        max_error=float((logits[finite] - ref[finite]).abs().max()) if finite.any() else 0.0,
-        partly_loaded=[_short(n) for n in partly],
-        ledger_never_loaded=len(_never_loaded(model)),
-        warnings=[f"{w.category.__name__}: {w.message}" for w in caught],
-    )
+# The notebook's reload: reload(behaviour, order) -> ReloadRun.
+Reload = Callable[[str, str], ReloadRun]
 
 
 def counter_record(run: ReloadRun, pick: str = MIXERS) -> Record:
@@ -192,14 +164,15 @@ def outcome(run: ReloadRun) -> dict[str, Any]:
     }
 
 
-def records(order: str = "d-last", pick: str = MIXERS) -> dict[str, Record]:
-    """Old and new records for one checkpoint order and layer choice."""
-    return {b: counter_record(run_reload(b, order), pick) for b in ("old", "new")}
+def records(reload: Reload, order: str = "d-last", pick: str = MIXERS) -> dict[str, Record]:
+    """Old and new records for one checkpoint order and layer choice (``reload``: the
+    notebook's function)."""
+    return {b: counter_record(reload(b, order), pick) for b in ("old", "new")}
 
 
-def main_records() -> dict[str, Record]:
+def main_records(reload: Reload) -> dict[str, Record]:
     """Exactly what the notebook's main toggle starts with: order "d-last", the mamba mixers."""
-    return records("d-last", MIXERS)
+    return records(reload, "d-last", MIXERS)
 
 
 def status_grid(run: ReloadRun) -> tuple[list[str], list[str], list[list[int]], list[list[str]]]:
@@ -252,7 +225,7 @@ def _event(step: ReloadStep) -> str:
 
 def forward_text(run: ReloadRun) -> str:
     """The verdict on the logits of the reloaded model, against a fresh load of the update."""
-    head = f"[{run.behaviour}, {run.order}] forward on {len(PROMPT)} tokens: "
+    head = f"[{run.behaviour}, {run.order}] forward on {len(run.nan_per_token)} tokens: "
     if run.logits_nan == run.logits_total:
         return head + f"NaN logits (all {run.logits_total})"
     verdict = "NaN logits" if run.logits_nan else "finite logits"
@@ -262,37 +235,17 @@ def forward_text(run: ReloadRun) -> str:
     )
 
 
-def composed_loader_copies() -> str:
-    """How often A's composed loader copies, and what each behaviour counts for it."""
-    from loadkit.models.nemotron_h import NemotronHForCausalLM as Model
-
-    with torch.device("meta"):
-        a = Model().get_parameter("model.layers.0.mixer.A")
-    loader = loader_of(a)
-    a_log = torch.zeros(a.shape)
-    lines = []
-    with CopyCounter() as counter:
-        loader(a, a_log)
-    lines.append(
-        f"A has {a.numel()} elements; its composed loader made {counter.count} copies "
-        f"writing {counter.copied_numel} elements"
-    )
-    for behaviour in BEHAVIOURS:
-        bound = inspect.signature(loader).bind(a, a_log)
-        n, _ = get_numel_loaded(loader, bound, behaviour=behaviour)
-        lines.append(f"get_numel_loaded(..., behaviour={behaviour!r}) -> {n}")
-    return "\n".join(lines)
-
-
 # --- the counter view: each call's share of its layer, old and new side by side -----------------
 
-# One colour per parameter name, the same in every view; later calls into one parameter (the
-# packed qkv_proj's shards) get the lighter shades.
+# One colour per legend entry, the same in every view: a parameter filled by one call has its
+# own colour; the calls into a packed parameter (qkv_proj's three shards, "weight #1" ...) get
+# three shades of another, so no two entries of one legend share a colour.
 PARAM_COLOURS: dict[str, str | list[str]] = {
     "A": "#e07a5f",
     "dt_bias": "#3d5a80",
     "D": "#81b29a",
-    "weight": ["#f2a541", "#f6c177", "#fadcaa"],
+    "weight": "#f2a541",
+    "weight #": ["#6a4c93", "#9c7fc4", "#cdb8e6"],
     "bias": "#98c1d9",
 }
 Y_RANGE = [0, 160]  # % of the layer total: old's overshoot and drops stay in view in every order
@@ -353,14 +306,15 @@ def shares(run: ReloadRun, pick: str = MIXERS, sizes: ReloadRun | None = None) -
 
 
 def _colour(share: Share) -> str:
+    if "#" in share.label:  # one of several calls into one parameter
+        shades = PARAM_COLOURS.get(f"{share.parameter} #", ["#adb5bd"])
+        k = int(share.label.split("#")[1]) - 1
+        return shades[min(k, len(shades) - 1)]
     colour = PARAM_COLOURS.get(share.parameter, "#adb5bd")
-    if isinstance(colour, list):
-        k = int(share.label.split("#")[1]) - 1 if "#" in share.label else 0
-        return colour[min(k, len(colour) - 1)]
-    return colour
+    return colour if isinstance(colour, str) else colour[0]
 
 
-def counter_figure(order: str = "d-last", pick: str = MIXERS) -> Any:
+def counter_figure(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> Any:
     """Per layer, old and new side by side: each call's share of the layer total, stacked in
     arrival order. 100% finalises the layer; a call after that is dropped (hatched, annotated).
     """
@@ -368,8 +322,8 @@ def counter_figure(order: str = "d-last", pick: str = MIXERS) -> Any:
 
     from loadkit.demo.viz import base_figure
 
-    new = run_reload("new", order)
-    segments = shares(run_reload("old", order), pick, new) + shares(new, pick, new)
+    order = new.order
+    segments = shares(old, pick, new) + shares(new, pick, new)
     fig = base_figure(
         f"Each call's share of its layer, old and new [{ORDER_LABELS[order]}; {pick}]",
         height=440,
@@ -379,7 +333,8 @@ def counter_figure(order: str = "d-last", pick: str = MIXERS) -> Any:
         xaxis={"title": None},
         legend_title_text="call",
     )
-    fig.add_hline(y=100, line={"color": "#343a40", "width": 1.5, "dash": "dash"})
+    # Below the bars: it shows between them and never strikes through a segment's label.
+    fig.add_hline(y=100, line={"color": "#343a40", "width": 1.5, "dash": "dash"}, layer="below")
     ticks = list(range(0, Y_RANGE[1], 25))
     fig.update_yaxes(
         tickvals=ticks, ticktext=[f"{t}%" if t != 100 else "total 100%" for t in ticks]
@@ -425,10 +380,9 @@ def counter_figure(order: str = "d-last", pick: str = MIXERS) -> Any:
     return fig
 
 
-def counter_text(order: str = "d-last", pick: str = MIXERS) -> str:
+def counter_text(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> str:
     """The counter view as text, one line per layer and behaviour (what nbval compares)."""
-    new = run_reload("new", order)
-    segments = shares(run_reload("old", order), pick, new) + shares(new, pick, new)
+    segments = shares(old, pick, new) + shares(new, pick, new)
     lines = []
     for layer in dict.fromkeys(s.layer for s in segments):
         for b in ("old", "new"):
@@ -459,7 +413,8 @@ def grid_figure(run: ReloadRun) -> Any:
         lo, hi = i / len(keys), (i + 1) / len(keys)
         scale += [[lo, _COLOURS[k]], [hi, _COLOURS[k]]]
     fig = base_figure(
-        f"Every parameter after the reload: green loaded, red dropped → NaN [{run.behaviour}]",
+        f"Every parameter after the reload: green loaded, red NaN (its load dropped) "
+        f"[{run.behaviour}]",
         height=330,
         margin={"l": 80, "r": 20, "t": 70, "b": 110},
         xaxis_tickangle=-30,
@@ -469,7 +424,7 @@ def grid_figure(run: ReloadRun) -> Any:
             z=codes,
             x=cols,
             y=rows,
-            text=[[("dropped → NaN" if c == 1 else "") for c in row] for row in codes],
+            text=[[("NaN" if c == 1 else "") for c in row] for row in codes],  # fits a cell
             customdata=labels,
             texttemplate="%{text}",
             textfont={"color": "white", "size": 11},
@@ -513,16 +468,18 @@ def forward_figure(run: ReloadRun) -> Any:
     return fig
 
 
-def toggle_figure(record: Record) -> Any:
-    """What the behaviour toggle draws for a record of ``main_records()``: the status grid."""
-    return grid_figure(run_reload(record.behaviour, record.outcome["order"]))
+def toggle_figure(record: Record, reload: Reload) -> Any:
+    """What the behaviour toggle draws for a record of ``main_records(reload)``: the grid."""
+    return grid_figure(reload(record.behaviour, record.outcome["order"]))
 
 
 @dataclass
 class Explorer:
     """The notebook's widgets, wired: order and layer pickers with the counter view; the
-    behaviour toggle with the status grid and the logits."""
+    behaviour toggle with the status grid and the logits. ``reload`` is the notebook's own
+    function (called once per behaviour and order, then remembered)."""
 
+    reload: Reload
     records: dict[str, Record]
     toggle: Any
     order: Any
@@ -532,7 +489,7 @@ class Explorer:
     logits: Any  # Chart: finite / NaN logits per prompt token (follows toggle and order)
 
     def run(self) -> ReloadRun:
-        return run_reload(self.toggle.value, self.order.value)
+        return self.reload(self.toggle.value, self.order.value)
 
     def outputs(self) -> tuple[Any, Any, Any]:
         """Three outputs for one cell: the counter view, the toggle with the grid, the logits."""
@@ -547,10 +504,11 @@ class Explorer:
     def state(self) -> str:
         """Everything the widgets show, as text (what nbval compares)."""
         run = self.run()
+        old, new = self.reload("old", self.order.value), self.reload("new", self.order.value)
         return "\n".join(
             [
                 f"[order {self.order.value}, layers {self.picker.value}, {self.toggle.value}]",
-                counter_text(self.order.value, self.picker.value),
+                counter_text(old, new, self.picker.value),
                 grid_text(run),
                 forward_text(run),
             ]
@@ -563,37 +521,39 @@ def widgets_row(*children: Any) -> Any:
     return widgets.HBox(list(children))
 
 
-def explorer() -> Explorer:
-    """Build the widgets; they start on ``main_records()`` (old, d-last, mamba mixers)."""
+def explorer(reload: Reload) -> Explorer:
+    """Build the widgets over the notebook's ``reload(behaviour, order)``; they start on
+    ``main_records(reload)`` (old, d-last, mamba mixers)."""
     import ipywidgets as widgets
 
     from loadkit.demo.chart import Chart
 
-    recs = main_records()
-    counter = Chart(counter_figure("d-last", MIXERS))
-    grid = Chart(grid_figure(run_reload("old", "d-last")))
-    logits = Chart(forward_figure(run_reload("old", "d-last")))
+    reload = functools.cache(reload)
+    recs = main_records(reload)
+    old, new = reload("old", "d-last"), reload("new", "d-last")
+    counter = Chart(counter_figure(old, new, MIXERS))
+    grid = Chart(grid_figure(old))
+    logits = Chart(forward_figure(old))
     order = widgets.Dropdown(
         options=[(label, key) for key, label in ORDER_LABELS.items()],
         value="d-last",
         description="order",
     )
-    picker = widgets.Dropdown(
-        options=[MIXERS, *run_reload("old", "d-last").blocks], value=MIXERS, description="layers"
-    )
+    picker = widgets.Dropdown(options=[MIXERS, *old.blocks], value=MIXERS, description="layers")
     toggle = widgets.ToggleButtons(options=list(recs), value="old", description="behaviour")
 
     def refresh(_: Any = None) -> None:
-        run = run_reload(toggle.value, order.value)
+        run = reload(toggle.value, order.value)
         grid.draw(grid_figure(run))
         logits.draw(forward_figure(run))
 
     def rebuild(_: Any = None) -> None:
-        recs.update(records(order.value, picker.value))
-        counter.draw(counter_figure(order.value, picker.value))
+        recs.update(records(reload, order.value, picker.value))
+        pair = reload("old", order.value), reload("new", order.value)
+        counter.draw(counter_figure(*pair, picker.value))
         refresh()
 
     toggle.observe(refresh, names="value")
     order.observe(rebuild, names="value")
     picker.observe(rebuild, names="value")
-    return Explorer(recs, toggle, order, picker, counter, grid, logits)
+    return Explorer(reload, recs, toggle, order, picker, counter, grid, logits)

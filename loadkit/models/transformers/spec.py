@@ -115,11 +115,3 @@ def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
     model.config_source = source.path
     model.wrapper_reason = choice.reason
     return model
-
-
-def build_hf(
-    spec: str, checkpoint: str | os.PathLike[str] | None, *, device: str = "meta"
-) -> nn.Module:
-    """The wrapper for an ``hf`` spec, its config read from the spec's path or the checkpoint's
-    folder, built on ``device`` (meta: the header-only inspector)."""
-    return build_from_source(read_hf_source(spec, checkpoint), device=device)

@@ -29,13 +29,21 @@ def bert(tmp_path_factory, quiet_transformers):
     return folder, cache
 
 
+def _from_checkpoint(stdout: str) -> list[str]:
+    """The report's lines from its checkpoint section on (a model with two loaders puts their
+    verdicts first)."""
+    lines = stdout.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("checkpoint  ")) :]
+
+
 def _body(stdout: str, source_lines: int, location: object) -> list[str]:
-    """The report without its first line (the checkpoint's path) and the lines after it that
-    say where it came from, with the folder or URL base it came from (which the config line
-    names) spelled ``<source>``."""
-    lines = stdout.replace(str(location), "<source>").splitlines()
+    """The report without its checkpoint line (the checkpoint's path) and the lines after it
+    that say where it came from, with the folder or URL base it came from (which the config line
+    names) spelled ``<source>``; the loaders' verdicts, where they come first, kept."""
+    head = stdout.splitlines()[: len(stdout.splitlines()) - len(_from_checkpoint(stdout))]
+    lines = _from_checkpoint(stdout.replace(str(location), "<source>"))
     assert lines[0] == "checkpoint  <source>" or lines[0].startswith("checkpoint  <source>/")
-    return lines[1 + source_lines :]
+    return head + lines[1 + source_lines :]
 
 
 def _same_json(theirs: str, local: str) -> None:
@@ -60,7 +68,7 @@ def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
     cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
     assert (cached.returncode, cached.stderr) == (local.returncode, "")
     snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
-    assert cached.stdout.splitlines()[:2] == [
+    assert _from_checkpoint(cached.stdout)[:2] == [
         f"checkpoint  {snapshot}",
         f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
     ]
@@ -140,7 +148,7 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
         remote = loadkit_cli("inspect", url, "--model", "hf")
         as_json = loadkit_cli("inspect", url, "--model", "hf", "--json")
     assert (remote.returncode, remote.stderr) == (local.returncode, "")
-    assert remote.stdout.splitlines()[0] == f"checkpoint  {url}"
+    assert _from_checkpoint(remote.stdout)[0] == f"checkpoint  {url}"
     base = url.rsplit("/", 1)[0]
     assert _body(remote.stdout, 1, base) == _body(local.stdout, 0, folder)
     source = _same_json(
@@ -156,7 +164,7 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
     requests = 2 + 2 * len(shards)  # the index, config.json, two ranges per shard
     assert source["fetched"] == {"requests": requests, "bytes": small + headers, "size": whole}
     assert server.sent == 2 * (small + headers)  # two runs, each the same bytes
-    line = remote.stdout.splitlines()[1]
+    line = _from_checkpoint(remote.stdout)[1]
     said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
     assert line.startswith(said)
 

@@ -69,8 +69,9 @@ def _source(source: Source | None) -> list[str]:
     if source.snapshot is not None:
         s = source.snapshot
         lines = [
-            f"  from the Hugging Face cache: {printable(s.repo_id)}, revision "
-            f"{printable(s.revision)}, commit {s.commit}"
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, "
+            f"revision {printable(s.revision)}",
+            f"    commit {printable(s.commit)}",
         ]
         if s.note:
             lines.append(f"    ({printable(s.note)})")
@@ -81,8 +82,8 @@ def _source(source: Source | None) -> list[str]:
     assert f is not None
     share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
     return [
-        f"  read header-only over HTTP: {f.requests} requests fetched {f.bytes} bytes "
-        f"({format_bytes(f.bytes)}) of the {format_bytes(f.size)} it names{share}"
+        f"  header-only over HTTP: {f.requests} requests, {f.bytes} bytes fetched "
+        f"({format_bytes(f.bytes)}) of {format_bytes(f.size)}{share}"
     ]
 
 

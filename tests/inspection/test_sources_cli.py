@@ -68,11 +68,12 @@ def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
     cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
     assert (cached.returncode, cached.stderr) == (local.returncode, "")
     snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
-    assert _from_checkpoint(cached.stdout)[:2] == [
+    assert _from_checkpoint(cached.stdout)[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(cached.stdout, 1, snapshot) == _body(local.stdout, 0, folder)
+    assert _body(cached.stdout, 2, snapshot) == _body(local.stdout, 0, folder)
     as_json = loadkit_cli("inspect", "org/bert", "--model", "hf", "--json", env=env)
     source = _same_json(
         as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
@@ -91,13 +92,14 @@ def test_hf_home_and_the_models_folder(bert, loadkit_cli, tmp_path):
     snapshot = (repo_dir(cache, "org/bert") / "snapshots" / ONE).resolve()
     expected = _body(local.stdout, 0, folder)
     assert by_home.returncode == 0, by_home.stderr
-    assert by_home.stdout.splitlines()[:2] == [
+    assert by_home.stdout.splitlines()[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(by_home.stdout, 1, snapshot) == expected
+    assert _body(by_home.stdout, 2, snapshot) == expected
     by_folder = loadkit_cli("inspect", repo_dir(cache, "org/bert"))
-    assert by_folder.returncode == 0 and _body(by_folder.stdout, 1, snapshot) == expected
+    assert by_folder.returncode == 0 and _body(by_folder.stdout, 2, snapshot) == expected
 
 
 def test_a_repo_id_not_in_the_cache_is_one_line(loadkit_cli, tmp_path):
@@ -165,7 +167,7 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
     assert source["fetched"] == {"requests": requests, "bytes": small + headers, "size": whole}
     assert server.sent == 2 * (small + headers)  # two runs, each the same bytes
     line = _from_checkpoint(remote.stdout)[1]
-    said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
+    said = f"  header-only over HTTP: {requests} requests, {small + headers} bytes fetched"
     assert line.startswith(said)
 
 
@@ -178,8 +180,9 @@ def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tm
     got = loadkit_cli("inspect", "org/bert", env={"HF_HUB_CACHE": str(tmp_path)})
     assert got.returncode == 1, got.stderr  # what the snapshot lacks fails the checkpoint
     lines = got.stdout.splitlines()
-    assert lines[1:3] == [
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+    assert lines[1:4] == [
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
         f"    the snapshot lacks {lost} (an incomplete download)",
     ]
     assert (

@@ -567,11 +567,12 @@ class Verdict:
         return "; ".join(parts) or "clean"
 
 
-def loadkit_verdict(folder: Path) -> tuple[Verdict, Any]:
-    """``inspect_checkpoint(folder, model="hf")``'s verdict, and the report."""
+def loadkit_verdict(folder: Path, loader: str = "vllm") -> tuple[Verdict, Any]:
+    """``inspect_checkpoint(folder, model="hf", loader=loader)``: the vllm column's verdict,
+    and the report (with ``loader="all"`` it holds the transformers column too)."""
     from loadkit import inspect_checkpoint
 
-    report = inspect_checkpoint(folder, model="hf")
+    report = inspect_checkpoint(folder, model="hf", loader=loader)
     load = report.load
     assert not load.errors, load.errors
     verdict = Verdict(
@@ -579,7 +580,10 @@ def loadkit_verdict(folder: Path) -> tuple[Verdict, Any]:
         frozenset(u.name for u in load.unexpected),
         frozenset(s.param for s in load.shape_mismatches),
     )
-    assert report.clean == verdict.clean, report.render()
+    assert report.loaders["vllm"].clean == verdict.clean, report.render()
+    tf = report.from_pretrained
+    both = verdict.clean and (tf is None or tf.clean)
+    assert report.clean == both and report.exit_status == (0 if both else 1), report.render()
     return verdict, report
 
 
@@ -604,16 +608,6 @@ def from_pretrained_info(arch: Arch, folder: Path) -> tuple[Verdict, bool, Any]:
         except RuntimeError:
             raises = True
     return raw, raises, model
-
-
-def transformers_column(folder: Path) -> Any:
-    """loadkit's ``transformers`` column for ``folder``: header-only, on the meta device."""
-    from loadkit import open_checkpoint
-    from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
-    from loadkit.models.transformers.config import load_config
-
-    config, _ = load_config(folder)
-    return from_pretrained_verdict(config, list(open_checkpoint(folder).tensors.values()))
 
 
 def transformers_verdict(arch: Arch, folder: Path, raw: Verdict, model: Any) -> Verdict:
@@ -849,9 +843,9 @@ def run_case(arch: Arch, mutation: str, clean: Path, work: Path) -> dict[str, An
     else:
         folder = write_variant(clean, tensors, work, shards=3 if "sharded" in mutation else 1)
     raw, raises, model = from_pretrained_info(arch, folder)
-    ours_tf = transformers_column(folder)
     hf = transformers_verdict(arch, folder, raw, model)
-    ours, report = loadkit_verdict(folder)
+    ours, report = loadkit_verdict(folder, loader="all")  # both columns, as the CLI gives them
+    ours_tf = report.from_pretrained
     return {
         "arch": arch.name,
         "mutation": mutation,

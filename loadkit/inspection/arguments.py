@@ -206,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         "int, ...)",
     )
     inspect.add_argument(
+        "--loader",
+        choices=("all", "vllm", "transformers"),
+        default="all",
+        help="whose verdict decides the exit status: vllm (the model's vLLM loading code; "
+        "--model hf: vLLM's Transformers backend), transformers (--model hf only: "
+        "PreTrainedModel.from_pretrained), or all the model has (default)",
+    )
+    inspect.add_argument(
         "--strict-index",
         action="store_true",
         help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "

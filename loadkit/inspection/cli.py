@@ -29,7 +29,7 @@ _PLAIN_DEFAULTS = {
     "command": "inspect", "model": None, "mapper": None, "model_args": (), "tp": None,
     "limit": 20, "debug": False, "skip_prefixes": (), "ignore_unexpected_prefixes": (),
     "ignore_unexpected_suffixes": (), "allow_missing": (), "strict_dtype": False, "probe": False,
-    "strict_index": False,
+    "strict_index": False, "loader": "all",
 }  # fmt: skip
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -80,6 +80,7 @@ def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
             model_args=dict(args.model_args),
             probe=True if args.probe else None,
             strict_index=args.strict_index,
+            loader=args.loader,
         )
         text = report.to_json() if args.json else report.render(limit=args.limit)
     except LoadkitError as exc:

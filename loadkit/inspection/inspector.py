@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from torch import nn
 
     from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling.probe import ProbeVerdict
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 # every module spared keeps `python -m loadkit inspect` close to the cost of reading the headers.
 # For the same reason the report is a plain class, not a dataclass (see loadkit.inspection.summary).
 
-SCHEMA_VERSION = 3  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 4  # docs/inspect.md, "The --json document", says what each version added
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
 
 
@@ -80,6 +82,9 @@ class InspectReport:
         tensor_parallel: TPReport | None = None,
         fix: SuggestedFix | None = None,
         strict_index: bool = False,
+        loaders: dict[str, LoaderVerdict] | None = None,
+        selected_loaders: tuple[str, ...] = ("vllm",),
+        from_pretrained: FromPretrained | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
@@ -90,6 +95,11 @@ class InspectReport:
         self.fix = fix  # mapper rules that fix a systematic mismatch, proven by a second load
         self._layouts: dict[bool, LayoutNode] = {}
         self.strict_index = strict_index  # an inconsistent index fails (exit 1)
+        # One verdict per loader ("vllm", and "transformers" for --model hf), those selected
+        # by --loader deciding ``clean``; ``from_pretrained``: the transformers loader's lists.
+        self.loaders = loaders
+        self.selected_loaders = selected_loaders
+        self.from_pretrained = from_pretrained
 
     def __repr__(self) -> str:
         c = self.checkpoint
@@ -116,6 +126,8 @@ class InspectReport:
         """Would the checkpoint load cleanly into the model? ``None`` without a model."""
         if self.load is None:
             return None
+        if self.loaders:
+            return all(self.loaders[n].clean for n in self.selected_loaders)
         return self.load.clean and not self.checkpoint.failing
 
     @property
@@ -138,7 +150,10 @@ class InspectReport:
         if self.strict_index and self.checkpoint.inconsistent:
             n = len(self.checkpoint.inconsistent)
             out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
-        out += self.load.problems() if self.load is not None else []
+        if self.load is not None and "vllm" in self.selected_loaders:
+            out += self.load.problems()
+        if self.from_pretrained is not None and "transformers" in self.selected_loaders:
+            out += [f"transformers: {p}" for p in self.from_pretrained.problems()]
         return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,6 +167,9 @@ class InspectReport:
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
+            "selected_loaders": list(self.selected_loaders),
+            "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,
             "clean": self.clean,
             "exit_status": self.exit_status,
         }
@@ -285,7 +303,14 @@ def mapper_report(
                 ],
             }
         )
-    return MapperReport(source, list(rules.values()), traces, dropped, unchanged)
+    from loadkit.mapper import rematch_examples
+
+    report = MapperReport(source, list(rules.values()), traces, dropped, unchanged)
+    # Stacked rules vLLM 0.28.0 applies one inside the other's output, whatever this mapper's
+    # behaviour: the warning is about what vLLM does with these rules.
+    report.rematches = rematch_examples(mapper, names)
+    report.behaviour = mapper.behaviour
+    return report
 
 
 def inspect_checkpoint(
@@ -301,6 +326,7 @@ def inspect_checkpoint(
     tp: int | None = None,
     strict_index: bool = False,
     timeout: float | None = None,
+    loader: str = "all",
 ) -> InspectReport:
     """Inspect ``checkpoint`` (a file, a folder, a sharded index, or an opened ``Checkpoint``).
 
@@ -323,6 +349,9 @@ def inspect_checkpoint(
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
         timeout: seconds each request to a remote checkpoint may take.
+        loader: whose verdict decides ``clean``: ``"vllm"``, ``"transformers"`` (a model built
+            from a transformers class, ``--model hf``: ``PreTrainedModel.from_pretrained``,
+            simulated header-only) or ``"all"`` (every loader the model has).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -415,6 +444,7 @@ def inspect_checkpoint(
             ).report
 
         report.fix = suggest_fix(report.load, used, retry)
+    _loader_verdicts(report, module, infos, loader)
     if tp is not None:
         from torch import nn as _nn
 
@@ -428,3 +458,31 @@ def inspect_checkpoint(
         build = lambda: build_model(model, ck.tensors, model_args, checkpoint=ck)[0]  # noqa: E731
         report.tensor_parallel = tp_report(ck.tensors, build, tp)
     return report
+
+
+def _loader_verdicts(
+    report: InspectReport, module: nn.Module, infos: list[Any], loader: str
+) -> None:
+    """One verdict per loader the model has: ``vllm`` from the dry load, and for a model built
+    from a transformers class ``transformers`` (``from_pretrained``, simulated on meta)."""
+    from loadkit.inspection.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    assert report.load is not None
+    available = available_loaders(module)
+    selected = select_loaders(loader, available)
+    verdicts = {VLLM: vllm_verdict(report.load, report.checkpoint)}
+    if TRANSFORMERS in selected:
+        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(module, "config")  # noqa: B009 (a transformers wrapper's config)
+        report.from_pretrained = from_pretrained_verdict(config, infos)
+        verdicts[TRANSFORMERS] = transformers_verdict(report.from_pretrained, report.checkpoint)
+    report.loaders = {n: verdicts[n] for n in available if n in verdicts}
+    report.selected_loaders = selected

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from loadkit.checkpoint.sources import Source
     from loadkit.inspection.fix import SuggestedFix
     from loadkit.inspection.layout import LayoutNode
+    from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import LoadReport, ModelSummary
+    from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeVerdict
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
         fix: SuggestedFix | None
         tensor_parallel: TPReport | None
         strict_index: bool
+        loaders: dict[str, LoaderVerdict] | None
+        selected_loaders: tuple[str, ...]
+        from_pretrained: FromPretrained | None
 
         @property
         def folded_layout(self) -> LayoutNode: ...
@@ -64,8 +69,9 @@ def _source(source: Source | None) -> list[str]:
     if source.snapshot is not None:
         s = source.snapshot
         lines = [
-            f"  from the Hugging Face cache: {printable(s.repo_id)}, revision "
-            f"{printable(s.revision)}, commit {s.commit}"
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, "
+            f"revision {printable(s.revision)}",
+            f"    commit {printable(s.commit)}",
         ]
         if s.note:
             lines.append(f"    ({printable(s.note)})")
@@ -76,8 +82,8 @@ def _source(source: Source | None) -> list[str]:
     assert f is not None
     share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
     return [
-        f"  read header-only over HTTP: {f.requests} requests fetched {f.bytes} bytes "
-        f"({format_bytes(f.bytes)}) of the {format_bytes(f.size)} it names{share}"
+        f"  header-only over HTTP: {f.requests} requests, {f.bytes} bytes fetched "
+        f"({format_bytes(f.bytes)}) of {format_bytes(f.size)}{share}"
     ]
 
 
@@ -148,6 +154,18 @@ def _mapper(r: Report, limit: int) -> list[str]:
     ]
     if m.note:
         lines.append(f"  note: {printable(m.note)}")
+    for again in m.rematches:
+        lines.append(
+            f"  warning: stacked rule {again.then!r} matches inside the output of stacked rule "
+            f"{again.first!r} (vLLM 0.28.0 tries every stacked rule in turn): "
+            f"{printable(again.name)} -> {printable(str(again.result))}"
+        )
+        lines.append(
+            "           this mapper maps it once (behaviour='new')"
+            if m.behaviour == "new"
+            else f"           try {again.then!r} before {again.first!r}, or WeightsMapper(..., "
+            "behaviour='new')"
+        )
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
         keys = "key" if use.fired == 1 else "keys"
@@ -269,7 +287,12 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
 
 
 def _load(
-    load: LoadReport, root: str, limit: int, fix: SuggestedFix | None, majority: str | None
+    load: LoadReport,
+    root: str,
+    limit: int,
+    fix: SuggestedFix | None,
+    majority: str | None,
+    loader: str = "",
 ) -> list[str]:
     from loadkit.vocab import Status  # here: only a report with a model lists keys' fates
 
@@ -277,7 +300,7 @@ def _load(
     passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
     allowed = len(load.missing) - len(load.failing_missing)
     lines = [
-        f"load  (simulated on the meta device, {passes})",
+        f"load  ({loader}simulated on the meta device, {passes})",
         f"  checkpoint {len(load.keys)} keys: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
         f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing"
         + (f" ({allowed} allowed by --allow-missing)" if allowed else ""),
@@ -359,9 +382,60 @@ def _load(
     return lines
 
 
+def _headline(r: Report) -> str | None:
+    """Every selected loader's verdict side by side, for a model with more than one loader
+    (one line per loader when they do not fit on one)."""
+    if not r.loaders or len(r.loaders) < 2:
+        return None
+    from loadkit.fmt import WIDTH, wrap
+    from loadkit.inspection.loaders import headline
+
+    verdicts = [r.loaders[n] for n in r.selected_loaders]
+    line = printable(headline(verdicts))
+    if len(line) + len("verdict: ") <= WIDTH:
+        return line
+    return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
+
+
+def _transformers(fp: FromPretrained, limit: int) -> list[str]:
+    """The ``transformers`` loader's section: what ``from_pretrained`` would report."""
+    verdict = "would load cleanly" if fp.clean else "would NOT load"
+    lines = [
+        f"transformers  {fp.cls}.from_pretrained, simulated on the meta device",
+        f"  transformers {fp.transformers_version}: {verdict}",
+    ]
+    if fp.renamed:
+        rows = [f"    {printable(k)} -> {printable(v)}" for k, v in fp.renamed.items()]
+        lines.append(f"  keys transformers renames ({len(rows)})")
+        lines += _capped(rows, len(rows), limit)
+    for title, names in (
+        ("unexpected keys", list(fp.unexpected)),
+        ("missing: model tensors never filled", list(fp.missing)),
+    ):
+        lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
+        lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
+    raises = "" if fp.ignore_mismatched_sizes else ": from_pretrained raises"
+    lines.append(
+        f"  shape mismatches ({len(fp.mismatched)})"
+        + ((raises if fp.mismatched else "") or ("" if fp.mismatched else ": none"))
+    )
+    rows = [
+        f"    {printable(m.name)}  checkpoint {list(m.checkpoint_shape)}, model "
+        f"{list(m.model_shape)}"
+        for m in fp.mismatched
+    ]
+    lines += _capped(rows, len(rows), limit)
+    for e in fp.errors:
+        lines.append(f"  error: {printable(e)}")
+    return lines
+
+
 def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -> str:
     """The report as text: the sections in order, each list capped at ``limit`` rows."""
     lines: list[str] = []
+    head = _headline(r)
+    if head is not None:  # which loaders would load it, before anything else
+        lines += [head, ""]
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
     lines += _checkpoint(r, limit)
@@ -395,7 +469,11 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         dtypes = r.checkpoint.dtypes
         major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
         majority = _torch_name(major) if major else None
-        lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority)]
+        # With two loaders this section is vLLM's: say so (the transformers one follows).
+        loader = "vllm loader: " if head is not None else ""
+        lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority, loader)]
+    if r.from_pretrained is not None:
+        lines += ["", *_transformers(r.from_pretrained, limit)]
     tp = r.tensor_parallel
     if tp is not None:
         lines += ["", *(printable(line) for line in tp.render(limit))]
@@ -418,9 +496,25 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines.append(
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         )
-    elif r.clean and not tp_problems and not strict:
-        where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
+    elif not tp_problems and not strict and (head is not None or r.clean):
+        where = ""
+        if tp is not None and tp.simulated:
+            where = f" on each of {tp.tp} ranks"
+        elif tp is not None:  # nothing was loaded per rank: say what was checked
+            where = (
+                f" (tp={tp.tp}: the config's head counts and vocabulary split checked; "
+                "no rank simulated)"
+            )
+        if head is None:
+            lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
+        else:
+            status = f"(exit {0 if r.clean else 1})"
+            said = f"{where}{index}".removeprefix("; ").strip()
+            if "\n" in head:  # one loader a line, under the word "verdict"
+                rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
+                lines += ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
+            else:
+                lines.append(f"verdict: {head}{where}{index} {status}")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.proven:

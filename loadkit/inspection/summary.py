@@ -96,7 +96,11 @@ class MapperReport:
         dropped: list[tuple[str, str]],  # (key, "stage 'rule'")
         unchanged: int,
         note: str | None = None,
+        rematches: list[Any] | None = None,  # loadkit.mapper.Rematch: what vLLM 0.28.0 re-matches
+        behaviour: str = "old",  # the mapper's stacked stage
     ) -> None:
+        self.rematches = rematches or []
+        self.behaviour = behaviour
         self.source = source
         self.rules = rules
         self.traces = traces
@@ -125,4 +129,9 @@ class MapperReport:
             "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
             "unchanged": self.unchanged,
             "note": self.note,
+            "behaviour": self.behaviour,
+            "rematches": [
+                {"first": r.first, "then": r.then, "example": r.name, "vllm_0_28_0": r.result}
+                for r in self.rematches
+            ],
         }

@@ -443,10 +443,23 @@ def test_json_round_trip_has_every_section(tmp_path):
         "load",
         "tensor_parallel",
         "suggested_fix",
+        "loaders",
+        "selected_loaders",
+        "transformers",
         "clean",
         "exit_status",
     }
     assert d["exit_status"] == 1 and d["clean"] is False
+    # A built-in model has one loader: vLLM's (its own loading code), and no transformers column;
+    # a shape mismatch names the model's parameter.
+    assert d["loaders"] == {
+        "vllm": {
+            "loader": "vllm",
+            "clean": False,
+            "problems": ["1 mismatched: language_model.model.proj.weight"],
+        }
+    }
+    assert d["selected_loaders"] == ["vllm"] and d["transformers"] is None
     load = d["load"]
     assert load["shape_mismatches"][0]["param_shape"] == [4, 4]
     assert load["counts"]["checkpoint"]["shape mismatch"] == 1

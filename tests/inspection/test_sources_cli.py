@@ -29,13 +29,21 @@ def bert(tmp_path_factory, quiet_transformers):
     return folder, cache
 
 
+def _from_checkpoint(stdout: str) -> list[str]:
+    """The report's lines from its checkpoint section on (a model with two loaders puts their
+    verdicts first)."""
+    lines = stdout.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("checkpoint  ")) :]
+
+
 def _body(stdout: str, source_lines: int, location: object) -> list[str]:
-    """The report without its first line (the checkpoint's path) and the lines after it that
-    say where it came from, with the folder or URL base it came from (which the config line
-    names) spelled ``<source>``."""
-    lines = stdout.replace(str(location), "<source>").splitlines()
+    """The report without its checkpoint line (the checkpoint's path) and the lines after it
+    that say where it came from, with the folder or URL base it came from (which the config line
+    names) spelled ``<source>``; the loaders' verdicts, where they come first, kept."""
+    head = stdout.splitlines()[: len(stdout.splitlines()) - len(_from_checkpoint(stdout))]
+    lines = _from_checkpoint(stdout.replace(str(location), "<source>"))
     assert lines[0] == "checkpoint  <source>" or lines[0].startswith("checkpoint  <source>/")
-    return lines[1 + source_lines :]
+    return head + lines[1 + source_lines :]
 
 
 def _same_json(theirs: str, local: str) -> None:
@@ -60,11 +68,12 @@ def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
     cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
     assert (cached.returncode, cached.stderr) == (local.returncode, "")
     snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
-    assert cached.stdout.splitlines()[:2] == [
+    assert _from_checkpoint(cached.stdout)[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(cached.stdout, 1, snapshot) == _body(local.stdout, 0, folder)
+    assert _body(cached.stdout, 2, snapshot) == _body(local.stdout, 0, folder)
     as_json = loadkit_cli("inspect", "org/bert", "--model", "hf", "--json", env=env)
     source = _same_json(
         as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
@@ -83,13 +92,14 @@ def test_hf_home_and_the_models_folder(bert, loadkit_cli, tmp_path):
     snapshot = (repo_dir(cache, "org/bert") / "snapshots" / ONE).resolve()
     expected = _body(local.stdout, 0, folder)
     assert by_home.returncode == 0, by_home.stderr
-    assert by_home.stdout.splitlines()[:2] == [
+    assert by_home.stdout.splitlines()[:3] == [
         f"checkpoint  {snapshot}",
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
     ]
-    assert _body(by_home.stdout, 1, snapshot) == expected
+    assert _body(by_home.stdout, 2, snapshot) == expected
     by_folder = loadkit_cli("inspect", repo_dir(cache, "org/bert"))
-    assert by_folder.returncode == 0 and _body(by_folder.stdout, 1, snapshot) == expected
+    assert by_folder.returncode == 0 and _body(by_folder.stdout, 2, snapshot) == expected
 
 
 def test_a_repo_id_not_in_the_cache_is_one_line(loadkit_cli, tmp_path):
@@ -140,7 +150,7 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
         remote = loadkit_cli("inspect", url, "--model", "hf")
         as_json = loadkit_cli("inspect", url, "--model", "hf", "--json")
     assert (remote.returncode, remote.stderr) == (local.returncode, "")
-    assert remote.stdout.splitlines()[0] == f"checkpoint  {url}"
+    assert _from_checkpoint(remote.stdout)[0] == f"checkpoint  {url}"
     base = url.rsplit("/", 1)[0]
     assert _body(remote.stdout, 1, base) == _body(local.stdout, 0, folder)
     source = _same_json(
@@ -156,8 +166,8 @@ def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadk
     requests = 2 + 2 * len(shards)  # the index, config.json, two ranges per shard
     assert source["fetched"] == {"requests": requests, "bytes": small + headers, "size": whole}
     assert server.sent == 2 * (small + headers)  # two runs, each the same bytes
-    line = remote.stdout.splitlines()[1]
-    said = f"  read header-only over HTTP: {requests} requests fetched {small + headers} bytes"
+    line = _from_checkpoint(remote.stdout)[1]
+    said = f"  header-only over HTTP: {requests} requests, {small + headers} bytes fetched"
     assert line.startswith(said)
 
 
@@ -170,8 +180,9 @@ def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tm
     got = loadkit_cli("inspect", "org/bert", env={"HF_HUB_CACHE": str(tmp_path)})
     assert got.returncode == 1, got.stderr  # what the snapshot lacks fails the checkpoint
     lines = got.stdout.splitlines()
-    assert lines[1:3] == [
-        f"  from the Hugging Face cache: org/bert, revision main, commit {ONE}",
+    assert lines[1:4] == [
+        "  from the Hugging Face cache: org/bert, revision main",
+        f"    commit {ONE}",
         f"    the snapshot lacks {lost} (an incomplete download)",
     ]
     assert (

@@ -267,7 +267,9 @@ def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys, loadkit_cl
     folder = hf_clean("llama")
     assert main(["inspect", str(folder), "--model", "hf"]) == 0
     out = capsys.readouterr().out
-    assert "built LlamaModel" in out and "verdict: would load cleanly" in out
+    assert out.startswith("transformers: would load cleanly | vllm: would load cleanly\n")
+    assert "built LlamaModel" in out
+    assert "verdict: transformers: would load cleanly | vllm: would load cleanly (exit 0)" in out
     tensors = read_tensors(folder)
     del tensors["model.layers.1.mlp.up_proj.weight"]
     broken = write_variant(folder, tensors, tmp_path / "broken")

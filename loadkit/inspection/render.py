@@ -496,15 +496,25 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines.append(
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         )
-    elif head is not None and not tp_problems and not strict:
-        status = f"(exit {0 if r.clean else 1})"
-        if "\n" in head:  # one loader a line, under the word "verdict"
-            lines += ["verdict:", *("  " + row for row in head.splitlines()), f"  {status}"]
+    elif not tp_problems and not strict and (head is not None or r.clean):
+        where = ""
+        if tp is not None and tp.simulated:
+            where = f" on each of {tp.tp} ranks"
+        elif tp is not None:  # nothing was loaded per rank: say what was checked
+            where = (
+                f" (tp={tp.tp}: the config's head counts and vocabulary split checked; "
+                "no rank simulated)"
+            )
+        if head is None:
+            lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
         else:
-            lines.append(f"verdict: {head} {status}")
-    elif r.clean and not tp_problems and not strict:
-        where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        lines.append(f"verdict: would load cleanly{where}{index} (exit 0)")
+            status = f"(exit {0 if r.clean else 1})"
+            said = f"{where}{index}".removeprefix("; ").strip()
+            if "\n" in head:  # one loader a line, under the word "verdict"
+                rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
+                lines += ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
+            else:
+                lines.append(f"verdict: {head}{where}{index} {status}")
     else:
         lines.append(f"verdict: would NOT load: {_problems(r.problems())} (exit 1)")
         if r.fix is not None and r.fix.proven:

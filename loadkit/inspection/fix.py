@@ -133,6 +133,8 @@ def mapper_as_json(mapper: WeightsMapper | None) -> dict[str, Any] | None:
                 value = list(value)
             rules[key] = value
         out[f"orig_to_new_{stage}"] = rules
+    if mapper.orig_to_new_stacked and mapper.behaviour != "old":
+        out["behaviour"] = mapper.behaviour  # the stacked stage's matching travels with its rules
     try:
         json.dumps(out)
     except (TypeError, ValueError):

@@ -90,3 +90,14 @@ def test_the_command_line_warns_and_fails_without_a_traceback():
         "k_proj",
         "q_proj",
     ]
+
+
+def test_a_new_mapper_as_json_keeps_its_behaviour():
+    from loadkit import WeightsMapper
+    from loadkit.inspection.fix import mapper_as_json
+
+    new = WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="new")
+    rules = mapper_as_json(new)
+    assert rules == {"orig_to_new_stacked": RULES, "behaviour": "new"}
+    assert WeightsMapper.from_json(rules) == new
+    assert "behaviour" not in mapper_as_json(WeightsMapper(orig_to_new_stacked=vt.QKV_RULES))

@@ -327,7 +327,7 @@ def test_config_from_checkpoint_errors(tmp_path):
 
 def test_committed_data_is_where_the_story_reads_it_and_loadable(tmp_path, data_generator):
     # That the committed bytes are a fresh generation's is tests/test_data.py's one check.
-    from loadkit.demo.stories.plamo2 import DATA_DIR
+    from loadkit.demo.stories import DATA_DIR
 
     written = data_generator.plamo2(tmp_path)
     assert len(written) == 5

@@ -37,13 +37,13 @@ settings.load_profile("loadkit")  # hypothesis' --hypothesis-profile option load
 # Every suggested fix an inspect in this process makes (the audit event
 # "loadkit.inspect.suggested_fix"), for tests/inspection/test_every_suggestion_pasted.py, which
 # runs last and pastes each one.
-SUGGESTIONS: list[tuple[object, dict]] = []
+SUGGESTIONS: list[tuple[object, dict, str]] = []  # (report, call, working folder)
 PASTE_TEST = "test_every_suggestion_pasted.py"
 
 
 def _collect_suggestions(event: str, args: tuple) -> None:
     if event == "loadkit.inspect.suggested_fix":
-        SUGGESTIONS.append(args)
+        SUGGESTIONS.append((*args, os.getcwd()))  # a relative path means what it meant then
 
 
 sys.addaudithook(_collect_suggestions)
@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def suggestions_seen():
-    """The suggested fixes inspects made so far in this process: (report, call) pairs."""
+    """The suggested fixes inspects made so far in this process: (report, call, folder)."""
     return list(SUGGESTIONS)
 
 

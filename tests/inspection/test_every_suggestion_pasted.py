@@ -7,6 +7,7 @@ flag: ``--mapper`` (parsed from the printed text as a shell would), ``--replace-
 problems it said it would. Run alone, it produces the issue's cases itself first.
 """
 
+import contextlib
 import shlex
 import shutil
 
@@ -56,22 +57,23 @@ def test_every_suggestion_pasted_gets_the_verdict_promised(
 
         suggestions_seen = list(SUGGESTIONS)
     checked = 0
-    for report, call in suggestions_seen:
+    for report, call, folder in suggestions_seen:
         fix = report.fix
         if not fix.suggestions:  # said in words only: nothing to paste
             continue
         assert f"  {fix.flag}" in report.render().splitlines()  # the flag is printed as is
         mapper, replace, loader = _pasted(fix.flag)
-        again = inspect_checkpoint(
-            call["checkpoint"],
-            model=call["model"],
-            rules=call["rules"],
-            model_args=call["model_args"],
-            timeout=call["timeout"],
-            mapper=mapper,
-            replace_mapper=replace,
-            loader=loader or call["loader"],
-        )
+        with contextlib.chdir(folder):
+            again = inspect_checkpoint(
+                call["checkpoint"],
+                model=call["model"],
+                rules=call["rules"],
+                model_args=call["model_args"],
+                timeout=call["timeout"],
+                mapper=mapper,
+                replace_mapper=replace,
+                loader=loader or call["loader"],
+            )
         where = f"{call['checkpoint']} --model {call['model']} {fix.flag}"
         if fix.proven:
             assert again.clean is True and again.exit_status == 0, (where, again.problems())
@@ -79,3 +81,4 @@ def test_every_suggestion_pasted_gets_the_verdict_promised(
             assert again.load.problems() == fix.result.problems(), where
         checked += 1
     assert checked >= 2, "no suggestion was pasted"
+    print(f"{checked} suggested fixes pasted")

@@ -318,3 +318,21 @@ def test_the_built_in_models_are_listed_as_the_registry_has_them(name):
     listing = re.search(r"`gemma4-like`(?:,? (?:and )?`[\w-]+`)*", text)
     assert listing is not None
     assert re.findall(r"`([\w-]+)`", listing.group(0)) == list(BUILTIN)
+
+
+@pytest.mark.slow
+def test_the_readme_example_is_what_inspect_prints(tmp_path, loadkit_cli):
+    """The README's broken export, made and inspected: the lines it shows are the command's."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(REPO / "data" / "plamo2" / "untied.safetensors")
+    tensors["model.final_norm.weight"] = tensors.pop("model.norm.weight")
+    save_file(tensors, tmp_path / "broken.safetensors")
+    readme = (REPO / "README.md").read_text()
+    command = "$ python -m loadkit inspect broken.safetensors --model plamo2\n...\n"
+    shown = readme.split(command, 1)[1].split("```", 1)[0].splitlines()
+    assert len(shown) > 10
+    out = loadkit_cli("inspect", "broken.safetensors", "--model", "plamo2", cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    printed = out.stdout.splitlines()
+    assert printed[-len(shown) :] == shown

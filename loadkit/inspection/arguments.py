@@ -145,7 +145,14 @@ def _add_inputs(inspect: argparse.ArgumentParser) -> None:
         "--mapper",
         metavar="RULES",
         help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
-        '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
+        '\'{"orig_to_new_prefix": {"model.": ""}}\'; added after the model\'s own rules, '
+        "stage by stage (see --replace-mapper)",
+    )
+    inspect.add_argument(
+        "--replace-mapper",
+        action="store_true",
+        help="--mapper replaces the model's own mapper (hf_to_vllm_mapper and the one its root "
+        "AutoWeightsLoader is given) instead of extending it",
     )
     inspect.add_argument(
         "--model-arg",
@@ -300,6 +307,7 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
         model=args.model,
         mapper=args.mapper,
         mapper_label="--mapper",
+        replace_mapper=args.replace_mapper,
         rules=rules,
         model_args=dict(args.model_args),
         probe=True if args.probe else None,

@@ -15,7 +15,8 @@ order this module defines them:
    ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
    transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
 6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
-7. the report (``loadkit.inspection.report.InspectReport``) holds the records.
+7. the report (``loadkit.inspection.report.InspectReport``) holds the records; ``announce_fix``
+   announces a suggested fix (an audit event).
 
 Without a model the pipeline stops after step 2. This module does not import torch: the steps
 that need it import it, so a header-only report is built from headers alone.
@@ -24,6 +25,7 @@ that need it import it, so a header-only report is built from headers alone.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,6 +58,7 @@ def inspect_checkpoint(
     model: str | nn.Module | Callable[..., nn.Module] | None = None,
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
     mapper_label: str = "given mapper",
+    replace_mapper: bool = False,
     rules: LoadRules | None = None,
     model_args: Mapping[str, Any] | None = None,
     probe: bool | None = None,
@@ -76,9 +79,11 @@ def inspect_checkpoint(
             ``"package.module:callable"`` spec, a callable (called with no argument, or with the
             checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
             caller's is left alone).
-        mapper: replaces the mapper the model loads with (the one its root
-            ``AutoWeightsLoader`` is given) and its ``hf_to_vllm_mapper`` (which the probe reads).
+        mapper: rules added after the model's own, stage by stage (those its root
+            ``AutoWeightsLoader`` is given, and its ``hf_to_vllm_mapper``, which the probe
+            reads); with ``replace_mapper`` they replace them.
         mapper_label: how the report names ``mapper``.
+        replace_mapper: ``mapper`` replaces the model's rules instead of extending them.
         rules: rules added to the model's root loader (skip, ignore) and to the verdict
             (``allow_missing``, ``strict_dtype``).
         model_args: keyword arguments for a callable ``model``.
@@ -108,6 +113,7 @@ def inspect_checkpoint(
         model=model,
         mapper=mapper,
         mapper_label=mapper_label,
+        replace_mapper=replace_mapper,
         rules=rules or LoadRules(),
         model_args=dict(model_args or {}),
         probe=probe,
@@ -137,11 +143,11 @@ def inspect(options: InspectOptions) -> InspectReport:
     built = build(options, read, names)
     probe = probe_prefixes(options, read, built)
     loaded = load(options, read, built, names)
-    mapper = trace_mapper(read, built, loaded, names)
-    fix = suggest_fixes(options, read, built, loaded)
+    mapper = trace_mapper(options, read, built, loaded, names)
+    fix = suggest_fixes(options, read, built, loaded, names)
     verdicts = judge_loaders(options, read, built, loaded)
     plan = plan_tensor_parallel(options, read)
-    return InspectReport(
+    report = InspectReport(
         read.summary,
         mapper,
         built.summary,
@@ -154,6 +160,8 @@ def inspect(options: InspectOptions) -> InspectReport:
         verdicts.selected,
         verdicts.from_pretrained,
     )
+    announce_fix(options, report)
+    return report
 
 
 # --- the records the steps pass on ----------------------------------------------------------------
@@ -187,11 +195,12 @@ class NameMapping:
 @dataclass(frozen=True)
 class BuiltModel:
     """Step 3: the model on the meta device, and the mapper it loads with (``hf_to_vllm_mapper``,
-    the user's when given)."""
+    extended, or replaced, by the user's when given)."""
 
     module: nn.Module
     summary: ModelSummary
     mapper: WeightsMapper | None
+    own_mapper: WeightsMapper | None  # the model's own, before any --mapper
 
     @property
     def cls(self) -> str:
@@ -242,7 +251,8 @@ def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
 
 
 def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> BuiltModel:
-    """The model on ``meta`` (torch comes in here); the user's mapper replaces its own."""
+    """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
+    own."""
     from loadkit.inspection.simulate import model_summary
     from loadkit.mapper import WeightsMapper
     from loadkit.models.registry import build_model
@@ -250,13 +260,16 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
     ck, model = read.checkpoint, options.model
     assert model is not None  # inspect() stops before this step without a model
     module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
+    found = getattr(module, "hf_to_vllm_mapper", None)
+    own = found if isinstance(found, WeightsMapper) else None
+    mapper = own
     if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
-        # for this (meta) model only. The dry load replaces the mapper its loader uses.
-        setattr(module, "hf_to_vllm_mapper", names.mapper)  # noqa: B010 (an instance attribute)
-    own = getattr(module, "hf_to_vllm_mapper", None)
-    mapper = own if isinstance(own, WeightsMapper) else None
-    return BuiltModel(module, model_summary(module, spec), mapper)
+        # for this (meta) model only. The dry load extends (or replaces) the root loader's.
+        extend = not options.replace_mapper and own is not None
+        mapper = own | names.mapper if extend and own is not None else names.mapper
+        setattr(module, "hf_to_vllm_mapper", mapper)  # noqa: B010 (an instance attribute)
+    return BuiltModel(module, model_summary(module, spec), mapper, own)
 
 
 def probe_prefixes(
@@ -280,9 +293,14 @@ def load(
     """The load simulated on ``meta`` with the model's own loader and the user's rules."""
     from loadkit.inspection.simulate import dry_load
 
-    replace = names.mapper is not None
+    replace = names.mapper is not None and options.replace_mapper
     loaded = dry_load(
-        built.module, read.infos, mapper=built.mapper, replace_mapper=replace, rules=options.rules
+        built.module,
+        read.infos,
+        mapper=built.mapper if replace else built.own_mapper,
+        replace_mapper=replace,
+        extend=None if replace else names.mapper,
+        rules=options.rules,
     )
     if options.rules.for_loader and not loaded.autoloader:
         loaded.report.notes.append(
@@ -293,19 +311,28 @@ def load(
 
 
 def trace_mapper(
-    read: CheckpointRead, built: BuiltModel, loaded: DryLoad, names: NameMapping
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    names: NameMapping,
 ) -> MapperReport | None:
-    """The mapper section: the user's rules (noting a load that bypassed them), else the
-    mapper the model's root loader used, else the model's ``hf_to_vllm_mapper``."""
+    """The mapper section: the user's rules (as the load used them, after the model's own;
+    noting a load that bypassed them), else the mapper the model's root loader used, else the
+    model's ``hf_to_vllm_mapper``."""
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
-    if names.report is not None:
+    if names.mapper is not None:
+        traced, label = names.mapper, options.mapper_label
+        if loaded.autoloader and loaded.mapper is not None and not options.replace_mapper:
+            traced, label = loaded.mapper, f"{cls}'s own rules, then {options.mapper_label}"
+        report = mapper_report(traced, read.names, label, origins)
         if not loaded.autoloader:
-            names.report.note = (
+            report.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
-        return names.report
+        return report
     if loaded.autoloader and loaded.mapper is not None:
         source = (
             f"{cls}.hf_to_vllm_mapper"
@@ -319,7 +346,11 @@ def trace_mapper(
 
 
 def suggest_fixes(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    names: NameMapping,
 ) -> SuggestedFix | None:
     """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
     if not options.suggest or loaded.report.clean or not loaded.autoloader:
@@ -332,7 +363,8 @@ def suggest_fixes(
             built.module, read.infos, mapper=with_mapper, replace_mapper=True, rules=options.rules
         ).report
 
-    return suggest_fix(loaded.report, loaded.mapper, retry)
+    replace = names.mapper is not None and options.replace_mapper
+    return suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
 
 
 def judge_loaders(
@@ -384,3 +416,22 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)
+
+
+def announce_fix(options: InspectOptions, report: InspectReport) -> None:
+    """A suggested fix names the other loaders it does not apply to, and is announced as an
+    audit event (``sys.audit``, for whoever listens: the test suite pastes every suggestion it
+    sees) with the report and its call."""
+    if report.fix is None:
+        return
+    if report.selected_loaders:
+        report.fix.other_loaders = tuple(n for n in report.selected_loaders if n != "vllm")
+    call = {
+        "checkpoint": options.checkpoint,
+        "model": options.model,
+        "rules": options.rules,
+        "model_args": options.model_args,
+        "timeout": options.timeout,
+        "loader": options.loader,
+    }
+    sys.audit("loadkit.inspect.suggested_fix", report, call)

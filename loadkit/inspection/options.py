@@ -90,8 +90,9 @@ class InspectOptions:
     ``checkpoint`` is a file, a folder, a sharded index, a repo id, a URL, or an opened
     ``Checkpoint``; ``model``
     a built-in name, a ``"package.module:callable"`` spec, a callable or a module; ``mapper``
-    rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's path) replacing
-    the model's, shown under ``mapper_label``; ``probe`` ``None``: the pooling probe only for a
+    rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's path) added
+    after the model's own (with ``replace_mapper``: in their place), shown under
+    ``mapper_label``; ``probe`` ``None``: the pooling probe only for a
     pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks;
     ``strict_index``: an inconsistent index fails the report too; ``timeout``: seconds each
     request to a remote checkpoint may take; ``loader``: whose verdict decides ``clean``
@@ -107,6 +108,7 @@ class InspectOptions:
     model: str | nn.Module | Callable[..., nn.Module] | None = None
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None
     mapper_label: str = "given mapper"
+    replace_mapper: bool = False
     rules: LoadRules = field(default_factory=LoadRules)
     model_args: Mapping[str, Any] = field(default_factory=dict)
     probe: bool | None = None

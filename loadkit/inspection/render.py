@@ -242,14 +242,27 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
         lines.append(f"  not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}")
     if not n:
         return lines
-    lines.append(f"  {fix.flag}")
+    return lines + _fix_flag(fix, these)
+
+
+def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
+    """The ``--mapper`` to paste, and what the load does with it."""
+    lines = [f"  {fix.flag}"]
     if not fix.complete:
         lines.append(
-            "  (the model's own mapper has rules JSON cannot hold: add these rules to it; "
-            "the flag alone would replace it)"
+            "  (the mapper given has rules JSON cannot hold: add these rules to it; the flag "
+            "alone would drop them)"
+        )
+    if fix.other_loaders:
+        others = ", ".join(fix.other_loaders)
+        lines.append(
+            f"  (mapper rules are vLLM's: {others} loads by its own rules, so the flag selects "
+            "--loader vllm)"
         )
     if fix.proven:
-        lines.append(f"  would load cleanly with {these}")
+        lines.append(
+            f"  would load cleanly with {these}" + (" (vllm)" if fix.other_loaders else "")
+        )
         lines.append(
             "  (proven: the second load is clean, every shape matches, numbered siblings keep "
             "their places)"
@@ -517,18 +530,33 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         return [
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         ]
-    if head is not None and not tp_problems and not strict:
-        status = f"(exit {0 if r.clean else 1})"
-        if "\n" in head:  # one loader a line, under the word "verdict"
-            return ["verdict:", *("  " + row for row in head.splitlines()), f"  {status}"]
-        return [f"verdict: {head} {status}"]
-    if r.clean and not tp_problems and not strict:
-        where = f" on each of {tp.tp} ranks" if tp is not None else ""
-        return [f"verdict: would load cleanly{where}{index} (exit 0)"]
+    if not tp_problems and not strict and (head is not None or r.clean):
+        return _loads(r, head, index)
     lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
         lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return lines
+
+
+def _loads(r: Report, head: str | None, index: str) -> list[str]:
+    """The verdict when the selected loaders say it loads (or, with ``head``, each loader's)."""
+    tp = r.tensor_parallel
+    where = ""
+    if tp is not None and tp.simulated:
+        where = f" on each of {tp.tp} ranks"
+    elif tp is not None:  # nothing was loaded per rank: say what was checked
+        where = (
+            f" (tp={tp.tp}: the config's head counts and vocabulary split checked; "
+            "no rank simulated)"
+        )
+    if head is None:
+        return [f"verdict: would load cleanly{where}{index} (exit 0)"]
+    status = f"(exit {0 if r.clean else 1})"
+    said = f"{where}{index}".removeprefix("; ").strip()
+    if "\n" in head:  # one loader a line, under the word "verdict"
+        rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
+        return ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
+    return [f"verdict: {head}{where}{index} {status}"]
 
 
 def _odd(node: LayoutNode) -> str:

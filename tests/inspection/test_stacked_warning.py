@@ -39,7 +39,9 @@ def test_the_model_mapper_is_warned_about_with_both_rules_and_a_real_key():
 
 def test_a_new_mapper_loads_but_is_still_warned_about_vllm():
     mapper = {"behaviour": "new", "orig_to_new_stacked": RULES}
-    report = inspect_checkpoint(CHECKPOINT, model="vision-tower", mapper=mapper)
+    report = inspect_checkpoint(
+        CHECKPOINT, model="vision-tower", mapper=mapper, replace_mapper=True
+    )
     assert report.exit_status == 0 and report.clean
     assert len(report.mapper.rematches) == 2 and report.mapper.behaviour == "new"
     assert "this mapper maps it once (behaviour='new')" in report.render()
@@ -47,7 +49,9 @@ def test_a_new_mapper_loads_but_is_still_warned_about_vllm():
 
 def test_v_first_is_not_warned_about_and_loads_under_old():
     mapper = {"orig_to_new_stacked": dict(reversed(RULES.items()))}
-    report = inspect_checkpoint(CHECKPOINT, model="vision-tower", mapper=mapper)
+    report = inspect_checkpoint(
+        CHECKPOINT, model="vision-tower", mapper=mapper, replace_mapper=True
+    )
     assert report.mapper.rematches == [] and "warning: stacked" not in report.render()
     assert report.exit_status == 0
 
@@ -86,3 +90,14 @@ def test_the_command_line_warns_and_fails_without_a_traceback():
         "k_proj",
         "q_proj",
     ]
+
+
+def test_a_new_mapper_as_json_keeps_its_behaviour():
+    from loadkit import WeightsMapper
+    from loadkit.inspection.fix import mapper_as_json
+
+    new = WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="new")
+    rules = mapper_as_json(new)
+    assert rules == {"orig_to_new_stacked": RULES, "behaviour": "new"}
+    assert WeightsMapper.from_json(rules) == new
+    assert "behaviour" not in mapper_as_json(WeightsMapper(orig_to_new_stacked=vt.QKV_RULES))

@@ -65,11 +65,12 @@ def test_intermediate_size_alone(tmp_path):
     ]
 
 
-def test_a_model_without_parallel_layers_is_replicated():
+def test_a_model_without_parallel_layers_gets_its_config_checked_not_its_ranks_simulated():
     GEMMA = DATA / "gemma4_like" / "model.safetensors"
 
     tp = inspect_checkpoint(GEMMA, model="gemma4-like", tp=2).tensor_parallel
-    assert tp.ok and [f.subject for f in tp.findings] == ["replicated"]
+    assert tp.ok and not tp.simulated and tp.ranks == []
+    assert [f.subject for f in tp.findings] == ["kv replication"]  # 1 kv head over 2 ranks
 
 
 def test_tp_needs_a_model():

@@ -111,6 +111,7 @@ def simulate(
     mapper: WeightsMapper | None,
     replace_mapper: bool,
     rules: LoadRules,
+    extend: WeightsMapper | None = None,
     tensors: dict[str, torch.Tensor],
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
@@ -126,7 +127,7 @@ def simulate(
         # out at most, then one full pass for the report.
         for runs in range(1, MAX_RUNS + 2):
             now = recorder.now = Pass(start=start)
-            observer = DryLoadObserver(model, recorder, replace, rules, paths)
+            observer = DryLoadObserver(model, recorder, replace, rules, paths, extend)
             error = _load_once(
                 model, now.stream(infos, passes.out.excluded), watcher, observer, mapper
             )

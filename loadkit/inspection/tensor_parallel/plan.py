@@ -19,6 +19,7 @@ from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit.inspection.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
 from loadkit.inspection.tensor_parallel.share import RankShare, simulate_rank
+from loadkit.parallel.checks import size_findings
 
 
 @dataclass
@@ -34,6 +35,8 @@ class TPReport:
 
     tp: int
     findings: list[TPFindingRecord] = field(default_factory=list)
+    # False: the model has no tensor-parallel layers; only its config was checked, as vLLM does
+    simulated: bool = True
     ranks: list[RankShare] = field(default_factory=list)
     entries: list[RowMapEntry] = field(default_factory=list)
 
@@ -52,6 +55,7 @@ class TPReport:
         return {
             "tp": self.tp,
             "ok": self.ok,
+            "simulated": self.simulated,
             "findings": [vars(f) for f in self.findings],
             "ranks": [
                 {
@@ -72,7 +76,13 @@ class TPReport:
         from loadkit.fmt import format_bytes as fmt_bytes
         from loadkit.fmt import wrap
 
-        lines = [f"tensor parallel  tp={self.tp} (each rank simulated on the meta device)"]
+        if self.simulated:
+            lines = [f"tensor parallel  tp={self.tp} (each rank simulated on the meta device)"]
+        else:
+            lines = [
+                f"tensor parallel  tp={self.tp} (the model has no tensor-parallel layers: no "
+                "rank was simulated; its config checked as vLLM checks it)"
+            ]
         for f in self.findings:  # wrapped: reports are read in terminals and notebooks
             lines += wrap(f"  {f.severity:<5} {f.subject}: {f.message}", hang=6).split("\n")
         if not self.ranks:
@@ -101,6 +111,43 @@ def _findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
     return [TPFindingRecord(f.severity, f.subject, f.message) for f in verify(tp)]
 
 
+def _has_parallel_layers(model: nn.Module) -> bool:
+    from loadkit.parallel.linear import ColumnParallelLinear, RowParallelLinear
+    from loadkit.parallel.vocab_parallel_embedding import VocabParallelEmbedding
+
+    kinds = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
+    return any(isinstance(m, kinds) for m in model.modules())
+
+
+def _int(config: object, name: str) -> int | None:
+    value = getattr(config, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def config_findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
+    """What vLLM checks of a Hugging Face config for ``tp`` (``ModelConfig
+    .verify_with_parallel_config``: the attention heads divisible by ``tp``; its layers: kv heads
+    split or replicated evenly, the vocabulary padded to a multiple of 64 and split evenly), for
+    a model with a ``config`` that has ``num_attention_heads``; ``None`` without one."""
+    config: Any = getattr(model, "config", None)
+    get_text = getattr(config, "get_text_config", None)
+    text = get_text() if callable(get_text) else config
+    heads = _int(text, "num_attention_heads")
+    if heads is None:
+        return None
+    kv = _int(text, "num_key_value_heads") or heads
+    out = []
+    for f in size_findings(tp, heads=heads, kv_heads=kv, vocab_size=_int(text, "vocab_size")):
+        message = f.message
+        if f.subject == "attention heads":  # vLLM's own words: it refuses this tp
+            message = (
+                f"Total number of attention heads ({heads}) must be divisible by tensor "
+                f"parallel size ({tp}): vLLM refuses tp={tp}"
+            )
+        out.append(TPFindingRecord(f.severity, f.subject, message))
+    return out
+
+
 def tp_report(
     tensors: Mapping[str, TensorInfo],
     build: Callable[[], nn.Module],
@@ -114,7 +161,19 @@ def tp_report(
         report.findings.append(TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}"))
         return report
     with use_group(simulated_group(0, 1)):
-        findings = _findings(build(), tp)
+        model = build()
+        findings = _findings(model, tp)
+    if findings is None and not _has_parallel_layers(model):
+        # Every rank would hold the whole model here: simulating ranks proves nothing about tp.
+        checked = config_findings(model, tp)
+        if checked is None:
+            raise LoadkitError(
+                f"--tp {tp}: {type(model).__name__} has no tensor-parallel layers and no config "
+                "with num_attention_heads: there is nothing of what vLLM checks for tp to check "
+                "here, and no rank's share to simulate"
+            )
+        report.findings, report.simulated = checked, False
+        return report
     if findings is not None:
         report.findings = findings
     if not report.ok:
@@ -125,19 +184,5 @@ def tp_report(
         report.findings.append(TPFindingRecord("error", "model", str(exc)))
         report.ranks = []
         return report
-    if (
-        report.ranks
-        and all(r.param_bytes == report.ranks[0].param_bytes for r in report.ranks)
-        and findings is None
-    ):
-        whole = simulate_rank(tensors, 0, 1, build).param_bytes
-        if whole == report.ranks[0].param_bytes:
-            report.findings.append(
-                TPFindingRecord(
-                    "note",
-                    "replicated",
-                    "no tensor-parallel layers: every rank holds the whole model",
-                )
-            )
     report.entries = row_map([r.records for r in report.ranks])
     return report

@@ -10,11 +10,7 @@ import torch
 
 from loadkit.checkpoint import dtypes
 from loadkit.errors import LoadkitError
-from loadkit.parallel.vocab_parallel_embedding import (
-    DEFAULT_VOCAB_PADDING_SIZE,
-    pad_vocab_size,
-    vocab_shard,
-)
+from loadkit.parallel.checks import TPFinding, size_findings
 
 
 @dataclass(frozen=True)
@@ -53,78 +49,10 @@ class LlamaLikeConfig:
         ``error`` findings cannot work (upstream refuses them too); ``note`` findings work but
         cost something (replicated kv heads, padded vocabulary rows).
         """
-        out: list[TPFinding] = []
-        if tp < 1:
-            return [TPFinding("error", "tp", f"tp must be at least 1, not {tp}")]
-        H, KV = self.num_attention_heads, self.num_key_value_heads
-        if H % tp:
-            out.append(
-                TPFinding(
-                    "error",
-                    "attention heads",
-                    f"{H} attention heads are not divisible by tp={tp}",
-                )
-            )
-        if KV >= tp and KV % tp:
-            out.append(
-                TPFinding("error", "kv heads", f"{KV} kv heads are not divisible by tp={tp}")
-            )
-        elif KV < tp and tp % KV:
-            out.append(
-                TPFinding(
-                    "error",
-                    "kv heads",
-                    f"tp={tp} is not a multiple of the {KV} kv heads: they cannot be "
-                    "replicated evenly",
-                )
-            )
-        elif KV < tp:
-            out.append(
-                TPFinding(
-                    "note",
-                    "kv replication",
-                    f"{KV} kv heads < tp={tp}: each kv head is replicated on {tp // KV} ranks "
-                    f"(rank r holds kv head r // {tp // KV})",
-                )
-            )
-        if self.intermediate_size % tp:
-            out.append(
-                TPFinding(
-                    "error",
-                    "intermediate size",
-                    f"intermediate size {self.intermediate_size} is not divisible by tp={tp}",
-                )
-            )
-        padded = pad_vocab_size(self.vocab_size)
-        if padded % tp:
-            out.append(
-                TPFinding(
-                    "error",
-                    "vocabulary",
-                    f"padded vocabulary {padded} is not divisible by tp={tp}",
-                )
-            )
-        elif padded != self.vocab_size:
-            shards = [vocab_shard(self.vocab_size, r, tp) for r in range(tp)]
-            pads = ", ".join(
-                f"rank {r} {s.padding_rows}" for r, s in enumerate(shards) if s.padding_rows
-            )
-            out.append(
-                TPFinding(
-                    "note",
-                    "vocab padding",
-                    f"vocabulary {self.vocab_size} padded to {padded} "
-                    f"(multiple of {DEFAULT_VOCAB_PADDING_SIZE}), {padded // tp} rows per rank; "
-                    f"zero rows: {pads}",
-                )
-            )
-        return out
-
-
-@dataclass(frozen=True)
-class TPFinding:
-    """One thing ``tp`` ranks would run into: ``severity`` is ``"error"`` or ``"note"``."""
-
-    severity: str
-    subject: str
-    message: str
+        return size_findings(
+            tp,
+            heads=self.num_attention_heads,
+            kv_heads=self.num_key_value_heads,
+            vocab_size=self.vocab_size,
+            intermediate_size=self.intermediate_size,
+        )

@@ -1,0 +1,104 @@
+"""What ``tp`` ranks make of a model's sizes, before anything is built: the checks vLLM's
+layers and config make (heads and intermediate size divisible by ``tp``, kv heads split or
+replicated evenly, the vocabulary padded to a multiple of 64 and split in equal slices)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadkit.parallel.vocab_parallel_embedding import (
+    DEFAULT_VOCAB_PADDING_SIZE,
+    pad_vocab_size,
+    vocab_shard,
+)
+
+
+@dataclass(frozen=True)
+class TPFinding:
+    """One thing ``tp`` ranks would run into: ``severity`` is ``"error"`` or ``"note"``."""
+
+    severity: str
+    subject: str
+    message: str
+
+
+def size_findings(
+    tp: int,
+    *,
+    heads: int,
+    kv_heads: int,
+    vocab_size: int | None,
+    intermediate_size: int | None = None,
+) -> list[TPFinding]:
+    """``error`` findings cannot work (upstream refuses them too); ``note`` findings work but
+    cost something (replicated kv heads, padded vocabulary rows). ``None``: a size not checked.
+
+    Example:
+        >>> [f.subject for f in size_findings(3, heads=4, kv_heads=2, vocab_size=64)]
+        ['attention heads', 'kv heads', 'vocabulary']
+    """
+    out: list[TPFinding] = []
+    if tp < 1:
+        return [TPFinding("error", "tp", f"tp must be at least 1, not {tp}")]
+    H, KV = heads, kv_heads
+    if H % tp:
+        out.append(
+            TPFinding(
+                "error",
+                "attention heads",
+                f"{H} attention heads are not divisible by tp={tp}",
+            )
+        )
+    if KV >= tp and KV % tp:
+        out.append(TPFinding("error", "kv heads", f"{KV} kv heads are not divisible by tp={tp}"))
+    elif KV < tp and tp % KV:
+        out.append(
+            TPFinding(
+                "error",
+                "kv heads",
+                f"tp={tp} is not a multiple of the {KV} kv heads: they cannot be replicated evenly",
+            )
+        )
+    elif KV < tp:
+        out.append(
+            TPFinding(
+                "note",
+                "kv replication",
+                f"{KV} kv heads < tp={tp}: each kv head is replicated on {tp // KV} ranks "
+                f"(rank r holds kv head r // {tp // KV})",
+            )
+        )
+    if intermediate_size is not None and intermediate_size % tp:
+        out.append(
+            TPFinding(
+                "error",
+                "intermediate size",
+                f"intermediate size {intermediate_size} is not divisible by tp={tp}",
+            )
+        )
+    if vocab_size is None:
+        return out
+    padded = pad_vocab_size(vocab_size)
+    if padded % tp:
+        out.append(
+            TPFinding(
+                "error",
+                "vocabulary",
+                f"padded vocabulary {padded} is not divisible by tp={tp}",
+            )
+        )
+    elif padded != vocab_size:
+        shards = [vocab_shard(vocab_size, r, tp) for r in range(tp)]
+        pads = ", ".join(
+            f"rank {r} {s.padding_rows}" for r, s in enumerate(shards) if s.padding_rows
+        )
+        out.append(
+            TPFinding(
+                "note",
+                "vocab padding",
+                f"vocabulary {vocab_size} padded to {padded} "
+                f"(multiple of {DEFAULT_VOCAB_PADDING_SIZE}), {padded // tp} rows per rank; "
+                f"zero rows: {pads}",
+            )
+        )
+    return out

@@ -23,6 +23,11 @@ def test_every_data_checkpoint_loads_cleanly_into_its_builtin_model(in_notebooks
     assert {debug.model_for(p) for p in paths} == set(BUILTIN)  # every built-in has data
     for path in paths:
         report = inspect_checkpoint(path, model=debug.model_for(path))
+        if debug.model_for(path) == "vision-tower":
+            # Bug 5 on purpose: its own mapper is vLLM 0.28.0's stacked stage, which maps the q
+            # and k keys to qkqkv_proj (notebook 06); the inspector says so and fails.
+            assert report.load.problems() == ["8 unexpected"] and report.mapper.rematches
+            continue
         assert report.clean, (path, report.load.problems())
         assert report.load.filled == report.model.parameters
 

@@ -138,7 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--mapper",
         metavar="RULES",
         help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
-        '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
+        '\'{"orig_to_new_prefix": {"model.": ""}}\'; added after the model\'s own rules, '
+        "stage by stage (see --replace-mapper)",
+    )
+    inspect.add_argument(
+        "--replace-mapper",
+        action="store_true",
+        help="--mapper replaces the model's own mapper (hf_to_vllm_mapper and the one its root "
+        "AutoWeightsLoader is given) instead of extending it",
     )
     inspect.add_argument(
         "--model-arg",

@@ -45,6 +45,7 @@ from loadkit.errors import (
 )
 from loadkit.loading.counting import get_numel_loaded
 from loadkit.loading.meta import to_meta
+from loadkit.loading.tensors import qualname
 from loadkit.loading.weight_loaders import WeightLoader, loader_of
 from loadkit.reload.layer import LayerReload, ScratchArena
 from loadkit.vocab import Behaviour, check_behaviour
@@ -216,7 +217,7 @@ def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new
     owner: dict[int, str] = {}
     for name, module, params in layers:  # check everything before changing anything
         for pname, p in params.items():
-            qual = f"{name}.{pname}" if name else pname
+            qual = qualname(name, pname)
             if id(p) in owner:
                 raise ReloadStateError(
                     f"parameter '{qual}' is the same tensor as '{owner[id(p)]}' (tied): "

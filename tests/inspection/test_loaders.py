@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from hf_cases import ARCHS, m_wrapper_prefix, read_tensors, write_variant
@@ -81,3 +82,24 @@ def test_a_built_in_model_has_only_the_vllm_loader(capsys):
     assert main(["inspect", str(path), "--model", "plamo2", "--loader", "transformers"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_path):
+    """Remote-code checkpoints name a class transformers does not have: vLLM's backend still
+    builds the model from its model_type, from_pretrained would stop; the report says both."""
+    folder = tmp_path / "custom"
+    shutil.copytree(hf_clean("llama"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["MyLlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    report = inspect_checkpoint(folder, model="hf")
+    assert report.loaders is not None
+    assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
+    import transformers
+
+    assert report.loaders["transformers"].problems == [
+        f"transformers {transformers.__version__} has no model class 'MyLlamaForCausalLM' (the "
+        "config's architectures[0])"
+    ]
+    assert report.exit_status == 1
+    assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0

@@ -227,7 +227,11 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
         ],
     )
     verdict = "loads cleanly" if report.clean else "would NOT load: " + "; ".join(report.problems())
-    parts.append(f"verdict: {verdict} (exit {report.exit_status})")
+    if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
+        from loadkit.inspection.loaders import headline
+
+        verdict = headline([report.loaders[n] for n in report.selected_loaders])
+    parts.append(wrap(f"verdict: {verdict} (exit {report.exit_status})"))
     return "\n".join(parts)
 
 

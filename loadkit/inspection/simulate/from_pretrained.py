@@ -129,6 +129,8 @@ def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreT
     'BertForMaskedLM'
     >>> loading_class(BertConfig()).__name__
     'BertModel'
+    >>> from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).errors
+    ("transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])",)
     """
     import transformers
 
@@ -201,12 +203,26 @@ def from_pretrained_verdict(
     from transformers.modeling_utils import LoadStateDictConfig
     from transformers.utils.generic import ContextManagers
 
-    klass = loading_class(config, cls)
+    def refused(name: str, why: str) -> FromPretrained:
+        # from_pretrained itself would stop here: the verdict says why, for this loader only.
+        return FromPretrained(
+            name, (), (), (), (why,), ignore_mismatched_sizes, {}, transformers.__version__
+        )
+
+    try:
+        klass = loading_class(config, cls)
+    except ModelSpecError as exc:
+        return refused(cls or "?", str(exc))
     config = copy.deepcopy(config)  # from_pretrained copies it too
     dtype = torch.float32  # the dtype changes casts, never which key goes where
     with _quiet_transformers():
-        with ContextManagers(klass.get_init_context(dtype, False, False, None)):
-            model = klass(config)
+        try:
+            with ContextManagers(klass.get_init_context(dtype, False, False, None)):
+                model = klass(config)
+        except Exception as exc:  # transformers validates the config for the class
+            from loadkit.models.transformers.config import one_line
+
+            return refused(klass.__name__, f"{klass.__name__}(config) fails: {one_line(exc)}")
         conversions = get_model_conversion_mapping(model)
         load_config = LoadStateDictConfig(
             ignore_mismatched_sizes=ignore_mismatched_sizes,

@@ -29,7 +29,6 @@ MODEL_FOR_FOLDER = {
     "plamo2": "plamo2",
     "nemotron_h": "nemotron-h",
     "llama_like": "llama-like",
-    "vision_tower": "vision-tower",
 }
 
 

@@ -79,6 +79,12 @@ def data_generator():
 
 
 @pytest.fixture(scope="session")
+def large_layout_bench():
+    """``benchmarks/large_layout.py``: the DeepSeek-V3-sized layout and its sparse writer."""
+    return _script(REPO / "benchmarks" / "large_layout.py", "large_layout")
+
+
+@pytest.fixture(scope="session")
 def gemma4_bench():
     """``benchmarks/gemma4_checkpoint.py``: presets and the streaming checkpoint writer."""
     return _script(REPO / "benchmarks" / "gemma4_checkpoint.py", "gemma4_checkpoint")

@@ -85,6 +85,11 @@ def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
         )
         text = report.to_json() if args.json else report.render(limit=args.limit)
     except LoadkitError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if args.debug and cause is not None:  # user code failed inside (a --model callable)
+            import traceback
+
+            traceback.print_exception(cause)
         return _fail(str(exc), EXIT_BAD_INPUT, args.json)
     try:
         print(text)

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
 
@@ -37,12 +37,15 @@ examples:
       --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
 
 
-def _positive_int(text: str) -> int:
+def _limit(text: str) -> int:
+    """``--limit N``: rows per list; 0 lists none (each list says how many it left out)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    return max(value, 1)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def _tp(text: str) -> int:
@@ -78,7 +81,11 @@ def model_arg(text: str) -> tuple[str, Any]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Help names the registry's built-in models, imported only when help is printed."""
+    """Help names the registry's built-in models, imported only when help is printed. A usage
+    error is two lines (what is wrong, then where to look), not argparse's wrapped usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nsee: {self.prog} --help\n")
 
     def format_help(self) -> str:
         from loadkit.models.registry import BUILTIN
@@ -180,9 +187,10 @@ def _add_output(inspect: argparse.ArgumentParser) -> None:
     inspect.add_argument(
         "--limit",
         metavar="N",
-        type=_positive_int,
+        type=_limit,
         default=20,
-        help="rows per list in the text report (default 20)",
+        help="rows per list in the text report (default 20; 0: no rows, each list still says "
+        "how many it holds); --json has every row",
     )
     inspect.add_argument(
         "--debug",

@@ -46,6 +46,11 @@ def inspect_command(command: InspectCommand) -> int:
         report = inspect(options)
         text = report.to_json() if command.json else report.render(limit=command.limit)
     except LoadkitError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if command.debug and cause is not None:  # user code failed inside (a --model callable)
+            import traceback
+
+            traceback.print_exception(cause)
         return _fail(str(exc), EXIT_BAD_INPUT, command.json)
     try:
         print(text)

@@ -34,6 +34,31 @@ settings.register_profile(
 )
 settings.load_profile("loadkit")  # hypothesis' --hypothesis-profile option loads after this
 
+# Every suggested fix an inspect in this process makes (the audit event
+# "loadkit.inspect.suggested_fix"), for tests/inspection/test_every_suggestion_pasted.py, which
+# runs last and pastes each one.
+SUGGESTIONS: list[tuple[object, dict, str]] = []  # (report, call, working folder)
+PASTE_TEST = "test_every_suggestion_pasted.py"
+
+
+def _collect_suggestions(event: str, args: tuple) -> None:
+    if event == "loadkit.inspect.suggested_fix":
+        SUGGESTIONS.append((*args, os.getcwd()))  # a relative path means what it meant then
+
+
+sys.addaudithook(_collect_suggestions)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The paste test runs after every other test: it pastes what they produced."""
+    items.sort(key=lambda item: item.path.name == PASTE_TEST)
+
+
+@pytest.fixture
+def suggestions_seen():
+    """The suggested fixes inspects made so far in this process: (report, call, folder)."""
+    return list(SUGGESTIONS)
+
 
 def _script(path: Path, name: str):
     """A script beside the library (data/, benchmarks/) imported as a module, as run."""
@@ -51,6 +76,12 @@ def _script(path: Path, name: str):
 def data_generator():
     """``data/generate.py``: the writers of the committed checkpoints."""
     return _script(REPO / "data" / "generate.py", "data_generate")
+
+
+@pytest.fixture(scope="session")
+def large_layout_bench():
+    """``benchmarks/large_layout.py``: the DeepSeek-V3-sized layout and its sparse writer."""
+    return _script(REPO / "benchmarks" / "large_layout.py", "large_layout")
 
 
 @pytest.fixture(scope="session")

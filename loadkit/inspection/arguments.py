@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
@@ -36,12 +36,15 @@ examples:
       --ignore-unexpected-prefix cls. --allow-missing 'classifier.*'"""
 
 
-def _positive_int(text: str) -> int:
+def _limit(text: str) -> int:
+    """``--limit N``: rows per list; 0 lists none (each list says how many it left out)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    return max(value, 1)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def _tp(text: str) -> int:
@@ -79,7 +82,11 @@ def model_arg(text: str) -> tuple[str, Any]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Help names the registry's built-in models, imported only when help is printed."""
+    """Help names the registry's built-in models, imported only when help is printed. A usage
+    error is two lines (what is wrong, then where to look), not argparse's wrapped usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nsee: {self.prog} --help\n")
 
     def format_help(self) -> str:
         from loadkit.models.registry import BUILTIN
@@ -138,7 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--mapper",
         metavar="RULES",
         help="WeightsMapper rules as JSON, or a JSON file's path, e.g. "
-        '\'{"orig_to_new_prefix": {"model.": ""}}\'; replaces the model\'s hf_to_vllm_mapper',
+        '\'{"orig_to_new_prefix": {"model.": ""}}\'; added after the model\'s own rules, '
+        "stage by stage (see --replace-mapper)",
+    )
+    inspect.add_argument(
+        "--replace-mapper",
+        action="store_true",
+        help="--mapper replaces the model's own mapper (hf_to_vllm_mapper and the one its root "
+        "AutoWeightsLoader is given) instead of extending it",
     )
     inspect.add_argument(
         "--model-arg",
@@ -162,9 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--limit",
         metavar="N",
-        type=_positive_int,
+        type=_limit,
         default=20,
-        help="rows per list in the text report (default 20)",
+        help="rows per list in the text report (default 20; 0: no rows, each list still says "
+        "how many it holds); --json has every row",
     )
     inspect.add_argument(
         "--debug",

@@ -29,7 +29,7 @@ _PLAIN_DEFAULTS = {
     "command": "inspect", "model": None, "mapper": None, "model_args": (), "tp": None,
     "limit": 20, "debug": False, "skip_prefixes": (), "ignore_unexpected_prefixes": (),
     "ignore_unexpected_suffixes": (), "allow_missing": (), "strict_dtype": False, "probe": False,
-    "strict_index": False, "loader": "all",
+    "strict_index": False, "replace_mapper": False, "loader": "all",
 }  # fmt: skip
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -75,6 +75,7 @@ def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
             model=args.model,
             mapper=args.mapper,
             mapper_label="--mapper",
+            replace_mapper=args.replace_mapper,
             tp=args.tp,
             rules=rules,
             model_args=dict(args.model_args),
@@ -84,6 +85,11 @@ def inspect_command(args: argparse.Namespace | SimpleNamespace) -> int:
         )
         text = report.to_json() if args.json else report.render(limit=args.limit)
     except LoadkitError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if args.debug and cause is not None:  # user code failed inside (a --model callable)
+            import traceback
+
+            traceback.print_exception(cause)
         return _fail(str(exc), EXIT_BAD_INPUT, args.json)
     try:
         print(text)

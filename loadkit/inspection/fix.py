@@ -41,12 +41,15 @@ class SuggestedFix:
     """Rules that fix (part of) the mismatch, and what the load does with them."""
 
     suggestions: list[Suggestion]
-    mapper: dict[str, Any]  # the whole --mapper: the model's own rules plus the new ones
-    complete: bool  # False: the model's own rules could not be written as JSON (only new ones)
+    mapper: dict[str, Any]  # the --mapper to pass: the rules given (if any) plus the new ones
+    complete: bool  # False: the rules given could not be written as JSON (only new ones)
     result: LoadReport  # the load simulated again with ``mapper``
     shifts: list[Shift] = field(default_factory=list)  # renumbered siblings, said in words
     rejected: list[tuple[Rule, str]] = field(default_factory=list)  # rules not offered, and why
     scrambled: list[Renumbering] = field(default_factory=list)  # left after the rules: unproven
+    replace: bool = False  # the rules given replaced the model's (--replace-mapper)
+    # Other loaders also judged (transformers): a mapper is vLLM's, so the flag selects vllm
+    other_loaders: tuple[str, ...] = ()
 
     @property
     def proven(self) -> bool:
@@ -63,8 +66,11 @@ class SuggestedFix:
 
     @property
     def flag(self) -> str:
-        """The command-line option to pass."""
-        return f"--mapper '{json.dumps(self.mapper)}'"
+        """The command-line options to pass: ``--mapper`` extends the model's own rules (with
+        ``--replace-mapper`` when the rules given replaced them)."""
+        shell = json.dumps(self.mapper).replace("'", "'\\''")  # a ' inside '...' for a shell
+        flag = f"--mapper '{shell}'" + (" --replace-mapper" if self.replace else "")
+        return flag + (" --loader vllm" if self.other_loaders else "")
 
     def explained_keys(self) -> dict[str, int]:
         """Looked-up key name -> index of the rule that explains it."""
@@ -99,6 +105,7 @@ class SuggestedFix:
             "mapper": self.mapper,
             "mapper_complete": self.complete,
             "proven": self.proven,
+            "flag": self.flag,
             "clean": self.result.clean,
             "problems": self.result.problems(),
         }
@@ -179,9 +186,14 @@ def suggest_fix(
     load: LoadReport,
     used: WeightsMapper | None,
     retry: Callable[[WeightsMapper], LoadReport],
+    *,
+    given: WeightsMapper | None = None,
+    replace: bool = False,
 ) -> SuggestedFix | None:
     """Rules for the pairs ``load`` found, proven by ``retry`` (the load simulated again with
-    the given mapper in place of ``used``, the one the model loads with).
+    the given mapper in place of ``used``, the one the model loads with). ``given``: the rules
+    the user passed (``--mapper``), which the printed flag repeats before the new ones;
+    ``replace``: they replaced the model's own rules (``--replace-mapper``).
 
     Returns ``None`` when no rule explains two or more pairs, or when the rules do not leave
     fewer problems than ``load`` has.
@@ -201,7 +213,7 @@ def suggest_fix(
     ]
     suggestions += [s for s in infer_rules(pairs) if not s.pairs[0][0].startswith(shifted)]
     if not suggestions:  # a shift the mapper cannot express: said in words, no flag
-        return SuggestedFix([], {}, True, load, shifts) if shifts else None
+        return SuggestedFix([], {}, True, load, shifts, replace=replace) if shifts else None
     rejected: list[tuple[Rule, str]] = []
     while True:
         rules = [s.rule for s in suggestions]
@@ -219,8 +231,9 @@ def suggest_fix(
             return None
     if not suggestions or _problem_count(result) >= _problem_count(load):
         return None
-    base = mapper_as_json(used)
-    if base is None:
-        return SuggestedFix(suggestions, new, False, result, shifts, rejected, scrambled)
-    whole = mapper_json(base, rules)
-    return SuggestedFix(suggestions, whole, True, result, shifts, rejected, scrambled)
+    # --mapper extends the model's rules: the flag holds the rules given and the new ones
+    base = mapper_as_json(given)
+    flag = new if base is None else mapper_json(base, rules)
+    return SuggestedFix(
+        suggestions, flag, base is not None, result, shifts, rejected, scrambled, replace
+    )

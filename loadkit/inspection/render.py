@@ -247,11 +247,19 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     lines.append(f"  {fix.flag}")
     if not fix.complete:
         lines.append(
-            "  (the model's own mapper has rules JSON cannot hold: add these rules to it; "
-            "the flag alone would replace it)"
+            "  (the mapper given has rules JSON cannot hold: add these rules to it; the flag "
+            "alone would drop them)"
+        )
+    if fix.other_loaders:
+        others = ", ".join(fix.other_loaders)
+        lines.append(
+            f"  (mapper rules are vLLM's: {others} loads by its own rules, so the flag selects "
+            "--loader vllm)"
         )
     if fix.proven:
-        lines.append(f"  would load cleanly with {these}")
+        lines.append(
+            f"  would load cleanly with {these}" + (" (vllm)" if fix.other_loaders else "")
+        )
         lines.append(
             "  (proven: the second load is clean, every shape matches, numbered siblings keep "
             "their places)"

@@ -6,25 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from repo_paths import BENCHMARKS
 from safetensors import safe_open
 
 from loadkit import open_checkpoint
 
-
-@pytest.fixture(scope="module")
-def large_layout():
-    from conftest import _script
-
-    return _script(BENCHMARKS / "large_layout.py", "large_layout")
-
-
 TINY = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "n_routed_experts": 4}
 
 
-def test_the_layout_has_deepseek_v3s_parts(large_layout):
-    names = [n for n, _, _ in large_layout.layout(large_layout.CONFIG)]
+def test_the_layout_has_deepseek_v3s_parts(large_layout_bench):
+    names = [n for n, _, _ in large_layout_bench.layout(large_layout_bench.CONFIG)]
     assert len(names) == len(set(names)) == 91_991
     assert "model.layers.3.mlp.experts.255.down_proj.weight_scale_inv" in names
     assert "model.layers.61.shared_head.head.weight" in names  # the multi-token-prediction layer
@@ -32,10 +22,10 @@ def test_the_layout_has_deepseek_v3s_parts(large_layout):
 
 
 def test_shards_are_real_safetensors_and_loadkit_reads_what_safetensors_reads(
-    large_layout, tmp_path
+    large_layout_bench, tmp_path
 ):
-    config = dict(large_layout.CONFIG, **TINY)
-    n, nbytes = large_layout.write_layout(tmp_path, config, shards=5)
+    config = dict(large_layout_bench.CONFIG, **TINY)
+    n, nbytes = large_layout_bench.write_layout(tmp_path, config, shards=5)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert len(index["weight_map"]) == n and index["metadata"]["total_size"] == nbytes
     seen = {}

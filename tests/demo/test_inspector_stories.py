@@ -20,16 +20,23 @@ def in_notebooks(monkeypatch):
 
 def test_every_data_checkpoint_loads_cleanly_into_its_builtin_model(in_notebooks):
     paths = debug.data_checkpoints()
-    assert {debug.model_for(p) for p in paths} == set(BUILTIN)  # every built-in has data
-    for path in paths:
+    # Every built-in has data. The vision tower's opens header-only in the panel: its own mapper
+    # is vLLM 0.28.0's stacked stage, which fails on it on purpose (bug 5, notebook 06).
+    tower = "../data/vision_tower/model.safetensors"
+    assert {debug.model_for(p) for p in paths if p != tower} == set(BUILTIN) - {"vision-tower"}
+    report = inspect_checkpoint(tower, model="vision-tower")
+    assert report.load.problems() == ["8 unexpected"] and report.mapper.rematches
+    for path in (p for p in paths if p != tower):
         report = inspect_checkpoint(path, model=debug.model_for(path))
         assert report.clean, (path, report.load.problems())
         assert report.load.filled == report.model.parameters
 
 
 def test_builtin_models_are_built_on_meta_and_sized_from_the_header(in_notebooks):
-    for path in debug.data_checkpoints():
-        model, spec = build_model(debug.model_for(path), open_checkpoint(path).tensors)
+    specs = {p: debug.model_for(p) for p in debug.data_checkpoints()}
+    specs["../data/vision_tower/model.safetensors"] = "vision-tower"  # header-only in the panel
+    for path, name in specs.items():
+        model, spec = build_model(name, open_checkpoint(path).tensors)
         assert all(p.is_meta for p in model.parameters()), spec
 
 

@@ -50,3 +50,42 @@ def test_counts_are_singular_and_plural_right(tmp_path, loadkit_cli):
     out = loadkit_cli("inspect", f).stdout
     assert "  1 file, 3 tensors" in out
     assert "dtypes  F32 2 tensors (12 B), I64 1 tensor (16 B)" in out
+
+
+def test_usage_errors_are_two_lines_and_limit_rejects_negatives(loadkit_cli, tmp_path):
+    for argv, said in [
+        (["inspect", "x", "--limit", "-3"], "argument --limit: must be 0 or more, not -3"),
+        (["inspect", "x", "--limit", "abc"], "argument --limit: invalid int value: 'abc'"),
+        (["inspect"], "the following arguments are required: CHECKPOINT"),
+    ]:
+        res = loadkit_cli(*argv)
+        assert res.returncode == 2 and res.stdout == ""
+        assert res.stderr.splitlines() == [
+            f"python -m loadkit inspect: error: {said}",
+            "see: python -m loadkit inspect --help",
+        ]
+
+
+def test_limit_0_lists_no_rows_but_every_count(tmp_path, loadkit_cli):
+    f = tmp_path / "m.safetensors"
+    save_file({"a.weight": torch.zeros(2, 2), "b.weight": torch.zeros(2)}, str(f))
+    model = tmp_path / "lin.py"
+    model.write_text("from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n")
+    out = loadkit_cli("inspect", f, "--model", f"{model}:build", "--limit", "0").stdout
+    assert "  unexpected names (2)\n    ... 2 more (--json lists them all)" in out
+    assert "a.weight" not in out.split("unexpected names")[1].split("missing")[0]
+
+
+def test_debug_shows_the_traceback_of_the_users_own_code(tmp_path, loadkit_cli):
+    f = tmp_path / "m.safetensors"
+    save_file({"a": torch.zeros(2)}, str(f))
+    (tmp_path / "boom.py").write_text(
+        "def build():\n    raise RuntimeError('my model is broken')\n"
+    )
+    spec = f"{tmp_path / 'boom.py'}:build"
+    quiet = loadkit_cli("inspect", f, "--model", spec)
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    loud = loadkit_cli("inspect", f, "--model", spec, "--debug")
+    assert loud.returncode == 2 and "Traceback (most recent call last)" in loud.stderr
+    assert f'File "{tmp_path / "boom.py"}", line 2, in build' in loud.stderr
+    assert loud.stderr.splitlines()[-1].startswith("loadkit inspect: error: --model")

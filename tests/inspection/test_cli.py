@@ -290,23 +290,24 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys, lo
         err = capsys.readouterr().err
         assert err.startswith("loadkit inspect: error: ") and words in err, (words, err)
     for argv, words, usage in [
-        ([], "required: COMMAND", "usage: python -m loadkit "),
-        (["frobnicate"], "invalid choice: 'frobnicate'", "usage: python -m loadkit "),
-        (["inspect"], "required: CHECKPOINT", "usage: python -m loadkit inspect"),
-        (["inspect", f, "--model"], "expected one argument", "usage: python -m loadkit inspect"),
-        (["inspect", f, "--bogus"], "unrecognized arguments: --bogus", "usage: python -m loadkit"),
-        (["inspect", f, "extra"], "unrecognized arguments: extra", "usage: python -m loadkit"),
-        (["inspect", f, "--limit", "x"], "invalid int value", "usage: python -m loadkit inspect"),
+        ([], "required: COMMAND", "python -m loadkit: error: "),
+        (["frobnicate"], "invalid choice: 'frobnicate'", "python -m loadkit: error: "),
+        (["inspect"], "required: CHECKPOINT", "python -m loadkit inspect: error: "),
+        (["inspect", f, "--model"], "expected one argument", "python -m loadkit inspect: error: "),
+        (["inspect", f, "--bogus"], "unrecognized arguments: --bogus", "python -m loadkit"),
+        (["inspect", f, "extra"], "unrecognized arguments: extra", "python -m loadkit"),
+        (["inspect", f, "--limit", "x"], "invalid int value", "python -m loadkit inspect: error: "),
         (
             ["inspect", f, "--allow-missing", "["],
             "argument --allow-missing: invalid pattern '[': '[' at 0 opens a character class "
             "never closed",
-            "usage: python -m loadkit inspect",
+            "python -m loadkit inspect: error: ",
         ),
     ]:
         assert main([str(a) for a in argv]) == 2, argv
         err = capsys.readouterr().err
         assert words in err and err.startswith(usage), (argv, err)
+        assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("see: "), err
     res = loadkit_cli("inspect")  # and once as a process
     assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
     bad = ["--model", "my_qwen:build", "--allow-missing", "layers.[0-3.*"]

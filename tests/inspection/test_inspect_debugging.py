@@ -74,7 +74,7 @@ def test_each_renamed_key_is_paired_with_its_own_tensor(tmp_path):
     assert [x.rule.old for x in r.fix.suggestions] == ["layers."] and r.fix.result.clean
 
 
-def test_the_fix_keeps_the_models_own_rules(tmp_path):
+def test_the_fix_extends_the_models_own_rules(tmp_path):
     class Mapped(Encoder):
         hf_to_vllm_mapper = WeightsMapper(orig_to_new_suffix={".g": ".weight"})
 
@@ -82,12 +82,20 @@ def test_the_fix_keeps_the_models_own_rules(tmp_path):
             return AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)
 
     s = {"x." + k.replace("norm.weight", "norm.g"): v for k, v in state().items()}
-    r = inspect_checkpoint(save(tmp_path / "m.safetensors", s), model=Mapped)
-    assert r.fix.mapper == {
-        "orig_to_new_suffix": {".g": ".weight"},
+    f = save(tmp_path / "m.safetensors", s)
+    r = inspect_checkpoint(f, model=Mapped)
+    # --mapper extends the model's rules: the flag holds only the new one
+    assert r.fix.mapper == {"orig_to_new_prefix": {"x.": ""}}
+    assert r.fix.complete and r.fix.proven
+    assert inspect_checkpoint(f, model=Mapped, mapper=r.fix.mapper).clean is True
+    # replacing the model's rules with it drops '.g' -> '.weight': the norms stay unfilled
+    replaced = inspect_checkpoint(f, model=Mapped, mapper=r.fix.mapper, replace_mapper=True)
+    assert replaced.clean is False and len(replaced.load.missing) == 4
+    assert replaced.fix.flag.endswith(" --replace-mapper")
+    assert replaced.fix.mapper == {
         "orig_to_new_prefix": {"x.": ""},
+        "orig_to_new_suffix": {".g": ".weight"},
     }
-    assert r.fix.complete and r.fix.result.clean
 
 
 def test_a_lone_rename_is_paired_but_no_rule_is_proposed(tmp_path):

@@ -324,10 +324,14 @@ def test_model_mapper_and_probe_verdicts(tmp_path):
     assert "no hit: walks all 3 keys" in r.render()
 
 
-def test_given_mapper_replaces_the_models_own(tmp_path):
+def test_given_mapper_replaces_the_models_own_with_replace_mapper(tmp_path):
     f = save(tmp_path / "m.safetensors", gemmaish_state())
     r = inspect_checkpoint(
-        f, model=Gemmaish, mapper={"orig_to_new_prefix": {"model.": ""}}, probe=True
+        f,
+        model=Gemmaish,
+        mapper={"orig_to_new_prefix": {"model.": ""}},
+        probe=True,
+        replace_mapper=True,
     )
     assert r.mapper.source == "given mapper"
     assert r.probe["new"].hit is False  # `language_model.embed.weight` is no parameter
@@ -486,8 +490,14 @@ def test_the_mapper_traced_is_the_one_the_load_uses(tmp_path):
     assert [(u.stage, u.fired) for u in r.mapper.rules] == [("stacked", 1)] * 3 + [("prefix", 3)]
     # The probe reads hf_to_vllm_mapper alone: attn.q_proj.weight is no parameter, no hit.
     assert not r.probe["new"].hit and r.probe["new"].walked == 3
-    # A given mapper replaces what the load maps with: without the stacked rules nothing fits.
-    r = inspect_checkpoint(f, model=Packing, mapper={"orig_to_new_prefix": {"hf.": ""}})
+    # A given mapper extends what the load maps with, traced as the load used it ...
+    r = inspect_checkpoint(f, model=Packing, mapper={"orig_to_new_suffix": {".nothing": ""}})
+    assert r.mapper.source == "Packing's own rules, then given mapper" and r.clean is True
+    assert [u.stage for u in r.mapper.rules] == ["stacked"] * 3 + ["prefix", "suffix"]
+    # ... or replaces it: without the stacked rules nothing fits.
+    r = inspect_checkpoint(
+        f, model=Packing, mapper={"orig_to_new_prefix": {"hf.": ""}}, replace_mapper=True
+    )
     assert r.mapper.source == "given mapper" and r.mapper.note is None
     assert r.clean is False and len(r.load.unexpected) == 3
 

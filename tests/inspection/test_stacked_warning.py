@@ -39,7 +39,9 @@ def test_the_model_mapper_is_warned_about_with_both_rules_and_a_real_key():
 
 def test_a_new_mapper_loads_but_is_still_warned_about_vllm():
     mapper = {"behaviour": "new", "orig_to_new_stacked": RULES}
-    report = inspect_checkpoint(CHECKPOINT, model="vision-tower", mapper=mapper)
+    report = inspect_checkpoint(
+        CHECKPOINT, model="vision-tower", mapper=mapper, replace_mapper=True
+    )
     assert report.exit_status == 0 and report.clean
     assert len(report.mapper.rematches) == 2 and report.mapper.behaviour == "new"
     assert "this mapper maps it once (behaviour='new')" in report.render()
@@ -47,7 +49,9 @@ def test_a_new_mapper_loads_but_is_still_warned_about_vllm():
 
 def test_v_first_is_not_warned_about_and_loads_under_old():
     mapper = {"orig_to_new_stacked": dict(reversed(RULES.items()))}
-    report = inspect_checkpoint(CHECKPOINT, model="vision-tower", mapper=mapper)
+    report = inspect_checkpoint(
+        CHECKPOINT, model="vision-tower", mapper=mapper, replace_mapper=True
+    )
     assert report.mapper.rematches == [] and "warning: stacked" not in report.render()
     assert report.exit_status == 0
 

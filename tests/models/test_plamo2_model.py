@@ -325,9 +325,10 @@ def test_config_from_checkpoint_errors(tmp_path):
         config_from_checkpoint(open_checkpoint(tmp_path / "b.safetensors").tensors)
 
 
-def test_committed_data_is_where_the_story_reads_it_and_loadable(tmp_path, data_generator):
+def test_committed_data_is_where_the_notebook_reads_it_and_loadable(tmp_path, data_generator):
     # That the committed bytes are a fresh generation's is tests/test_data.py's one check.
-    from loadkit.demo.stories import DATA_DIR
+    # Notebook 02 reads ../data/plamo2/ from notebooks/: the repository's data folder.
+    from repo_paths import DATA as DATA_DIR
 
     written = data_generator.plamo2(tmp_path)
     assert len(written) == 5

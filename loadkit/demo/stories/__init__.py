@@ -1,7 +1,10 @@
-"""Scenario functions behind the notebooks: one module per notebook, reachable from tests.
+"""What the notebooks draw: one module per notebook, reachable from tests.
 
-Each module exposes ``main_records() -> dict[str, Record]``: exactly the records the notebook's
-main old/new toggle swaps between.
+A converted story (``pooling_probe``, ``plamo2``, ``reload``) only draws: the notebook makes the
+loads in its own cells and hands the results, or its own function for the widgets to call again,
+to the story. The others still run their scenarios themselves and expose ``main_records() ->
+dict[str, Record]``, the records the notebook's main toggle swaps between
+(``tests/test_architecture.py`` lists them until they are converted).
 
 The stories load the checkpoints committed in the repository's ``data/`` folder. The library
 does not know where that is (an installed loadkit has no repository next to it): the folder is

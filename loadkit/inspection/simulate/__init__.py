@@ -46,6 +46,7 @@ def dry_load(
     *,
     mapper: WeightsMapper | None = None,
     replace_mapper: bool = False,
+    extend: WeightsMapper | None = None,
     rules: LoadRules | None = None,
 ) -> DryLoad:
     """Simulate loading ``infos`` into ``model`` (on ``meta``) and account for both sides.
@@ -55,6 +56,7 @@ def dry_load(
         infos: the checkpoint's tensors, in the order ``Checkpoint.weights()`` yields them.
         mapper: the mapper to load with when the model has no ``load_weights`` of its own; with
             ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
+        extend: rules the root ``AutoWeightsLoader`` applies after its own, stage by stage.
         rules: rules added to the root loader's, and rules for the verdict.
 
     Returns:
@@ -73,7 +75,13 @@ def dry_load(
     model = meta_copy(model)
     tensors = loadable_tensors(model)
     sim = simulate(
-        model, infos, mapper=mapper, replace_mapper=replace_mapper, rules=rules, tensors=tensors
+        model,
+        infos,
+        mapper=mapper,
+        replace_mapper=replace_mapper,
+        rules=rules,
+        tensors=tensors,
+        extend=extend,
     )
     used = sim.observer.root_mapper()
     ran = bool(sim.observer.used)

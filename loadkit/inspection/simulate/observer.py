@@ -43,12 +43,14 @@ class DryLoadObserver(LoadObserver):
         replace: WeightsMapper | None,
         rules: LoadRules | None = None,
         module_paths: dict[int, str] | None = None,
+        extend: WeightsMapper | None = None,
     ):
         self.root = model
         self.rules = rules or LoadRules()
         self.root_name = type(model).__name__
         self.recorder = recorder
         self.replace = replace
+        self.extend = extend  # rules appended to the root loader's own (``--mapper``)
         if module_paths is None:
             module_paths = {id(m): name for name, m in model.named_modules()}
         self.module_paths = module_paths  # shared by every pass: computed once
@@ -81,6 +83,8 @@ class DryLoadObserver(LoadObserver):
         if loader.module is self.root:
             if self.replace is not None:
                 mapper = self.replace
+            elif self.extend is not None:  # each stage: the loader's rules, then these
+                mapper = self.extend if mapper is None else mapper | self.extend
             self.used.append(mapper)
             # The user's rules join the root loader's own, on this loader instance only.
             loader.skip_prefixes += self.rules.skip_prefixes

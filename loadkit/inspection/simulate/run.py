@@ -111,6 +111,7 @@ def simulate(
     mapper: WeightsMapper | None,
     replace_mapper: bool,
     rules: LoadRules,
+    extend: WeightsMapper | None = None,
     tensors: dict[str, torch.Tensor],
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
@@ -129,7 +130,7 @@ def simulate(
             runs += 1
             now = recorder.now = Pass(start=start)
             replace = mapper if replace_mapper else None
-            observer = DryLoadObserver(model, recorder, replace, rules, paths)
+            observer = DryLoadObserver(model, recorder, replace, rules, paths, extend)
             try:
                 stream = now.stream(infos, out.excluded)
                 with watcher, observing(observer):

@@ -35,11 +35,6 @@ from loadkit.demo.viz import figure
 # notebook -> (story module, its function giving the records the main toggle swaps between, its
 # function drawing the chart for one record). The first record is where Run All leaves the toggle.
 BUG_NOTEBOOKS = {
-    "05_tensor_parallel.ipynb": (
-        "loadkit.demo.stories.tensor_parallel",
-        "main_records",
-        "rows_figure",
-    ),
     # The notebook makes the calls itself; tests/browser/stacked_expected.py makes them again.
     "06_stacked_mapper.ipynb": ("stacked_expected", "main_records", "rows_figure"),
 }
@@ -59,11 +54,18 @@ def _stream_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Rec
     return records, pp.main_figure
 
 
+def _tp_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
+    from loadkit.demo.stories import tensor_parallel as story
+
+    return story.main_records(ns["launch"]), story.rows_figure
+
+
 # Notebooks whose experiment is a function of their own (a cell tagged "define"): notebook ->
 # (records, build) from the names those cells define, computed as the notebook computes them.
 DEFINED_TOGGLES: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Record], Any]]] = {
     "01_pooling_probe.ipynb": _stream_toggle,
     "03_layerwise_reload.ipynb": _reload_toggle,
+    "05_tensor_parallel.ipynb": _tp_toggle,
 }
 MIN_WIDTH_SHARE = 0.95  # of the output area, for every chart
 
@@ -136,8 +138,10 @@ def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
 def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
     """Notebook 05's other toggles: tp (second) and bug (third) rebuild what the main one swaps
     between; the row map after each pair of clicks is the story's for that bug and tp."""
+    from loadkit.demo.stories import tensor_parallel as story
+
     name = "05_tensor_parallel.ipynb"
-    story = importlib.import_module(BUG_NOTEBOOKS[name][0])
+    launch = notebook_namespace(name)["launch"]
     page = open_notebook(name)
     with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
         page.open()
@@ -152,7 +156,7 @@ def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
         for tp, bug in [("4", "kv-replication"), ("4", "gguf-rank"), ("1", "gguf-rank")]:
             page.click_toggle_at(1, tp)
             page.click_toggle_at(2, bug)
-            records = story.records(bug, int(tp))
+            records = story.records(launch, bug, int(tp))
             clicked = assert_toggle_drives_chart(page, records, story.rows_figure, timeout=15)
             assert set(clicked) == {"old", "new"}
         assert not page.errors, f"the page logged errors: {page.errors}"

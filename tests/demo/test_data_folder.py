@@ -37,8 +37,9 @@ def test_an_installed_copy_finds_the_repository_data_from_the_notebooks(tmp_path
     site = tmp_path / "site"
     shutil.copytree(REPO / "loadkit", site / "loadkit")
     code = (
-        "import loadkit.demo.stories.tensor_parallel as tp, loadkit.models.gemma4 as g4\n"
-        "print(g4.__file__); print(tp.CHECKPOINT); print(tp.CHECKPOINT.is_file())\n"
+        "import loadkit.demo.stories as st, loadkit.models.gemma4 as g4\n"
+        "ck = st.DATA_DIR / 'llama_like' / 'model.safetensors'\n"
+        "print(g4.__file__); print(ck); print(ck.is_file())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "LOADKIT_DATA"}
     env["PYTHONPATH"] = str(site)

@@ -1,33 +1,31 @@
-"""The tensor-parallel story (notebook 05): one checkpoint, 1, 2 or 4 real rank processes.
+"""The tensor-parallel story (notebook 05): charts of the runs the notebook launches.
 
-Every run loads ``data/llama_like/model.safetensors`` (8 query heads over 2 kv heads, vocabulary
-100 padded to 128) on ``tp`` processes joined by ``torch.distributed`` (gloo on loopback), three
-jobs per launch: every bug fixed, the gguf-plugin rank bug old, the kv-replication bug old. A
-launch is made once per ``tp`` and kept for the kernel's life (``launch``), so the widgets switch
-between results without starting processes again. The tp=1 run is the reference.
+The notebook's own ``launch(tp)`` calls ``loadkit.executor.launcher.run_tensor_parallel`` on
+``data/llama_like/model.safetensors`` (8 query heads over 2 kv heads, vocabulary 100 padded to
+128) with three jobs (every bug fixed, the gguf-plugin rank bug old, the kv-replication bug old)
+and returns job name -> run. Every function here takes that ``launch`` and only draws what it
+returns; the widgets call it again on a click (the notebook caches it per ``tp``). The tp=1 run
+is the reference.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from loadkit.demo.scenario import Record, Series, outcome_table
-from loadkit.demo.stories import DATA_DIR
-from loadkit.executor.launcher import run_tensor_parallel
 from loadkit.executor.results import BUGS, Job, TPRun
 from loadkit.fmt import wrap
 from loadkit.inspection.tensor_parallel.rowmap import render_row_map, row_map
-from loadkit.models.llama import model_from_checkpoint
 from loadkit.vocab import check_behaviour
 
-CHECKPOINT = DATA_DIR / "llama_like" / "model.safetensors"
+# The notebook's function: tp -> {job name: run} (job names as ``Job.for_bug`` gives them).
+Launch = Callable[[int], dict[str, TPRun]]
 TPS = (1, 2, 4)
 BEHAVIOURS = ("old", "new")
-JOBS = (Job(), *(Job.for_bug(bug, "old") for bug in BUGS))
 ATOL = 1e-5  # tensor parallelism reorders sums; the dyadic weights keep the values close
 BUG_SHORT = {"gguf-rank": "gguf-plugin #103", "kv-replication": "vLLM #2379"}
 
@@ -51,28 +49,21 @@ def short(key: str) -> str:
     return key.removeprefix(L0).removeprefix("model.").removesuffix(".weight")
 
 
-@functools.cache
-def launch(tp: int) -> dict[str, TPRun]:
-    """Every job on ``tp`` real processes, once per kernel: job name -> run."""
-    runs = run_tensor_parallel(CHECKPOINT, tp, JOBS, model=model_from_checkpoint)
-    return {run.job.name: run for run in runs}
-
-
 def job_name(bug: str, behaviour: str) -> str:
     return "new" if behaviour == "new" else Job.for_bug(bug, check_behaviour(behaviour)).name
 
 
-def run_for(bug: str, behaviour: str, tp: int) -> TPRun:
+def run_for(launch: Launch, bug: str, behaviour: str, tp: int) -> TPRun:
     return launch(tp)[job_name(bug, behaviour)]
 
 
-def reference() -> TPRun:
+def reference(launch: Launch) -> TPRun:
     return launch(1)["new"].raise_for_errors()
 
 
-def reference_logits() -> np.ndarray:
+def reference_logits(launch: Launch) -> np.ndarray:
     """tp=1's logits (a run without errors always has them)."""
-    logits = reference().logits
+    logits = reference(launch).logits
     assert logits is not None
     return logits
 
@@ -94,11 +85,11 @@ class Columns:
 GAP = 3
 
 
-@functools.cache
-def columns() -> Columns:
+def columns(launch: Launch) -> Columns:
     """The columns, from a tp=2 run (where every split shows its axis: row-parallel keys are
     split along their columns)."""
-    entries = {e.key: e for e in row_map([r.records for r in run_for("gguf-rank", "new", 2).ranks])}
+    fixed = run_for(launch, "gguf-rank", "new", 2)
+    entries = {e.key: e for e in row_map([r.records for r in fixed.ranks])}
     labels: list[str] = []
     starts, sizes, axes = {}, {}, {}
     for key in SHOWN:
@@ -110,10 +101,9 @@ def columns() -> Columns:
     return Columns(labels, starts, sizes, axes)
 
 
-def held_matrix(run: TPRun) -> list[list[int | None]]:
+def held_matrix(run: TPRun, cols: Columns) -> list[list[int | None]]:
     """``z[rank][column]``: 1 where the rank holds that checkpoint row (or column), 0 where it
     does not, ``None`` in the gaps between keys. Read from the copies the rank's loaders made."""
-    cols = columns()
     z = [[0 if label else None for label in cols.labels] for _ in run.ranks]
     for rank, result in enumerate(run.ranks):
         for rec in result.records:
@@ -141,10 +131,10 @@ CELL_STYLE = {
 }
 
 
-def cell_matrix(run: TPRun, fixed: TPRun) -> list[list[int | None]]:
+def cell_matrix(run: TPRun, fixed: TPRun, cols: Columns) -> list[list[int | None]]:
     """``run``'s row map against ``fixed``'s, cell by cell (``CELL_STYLE``'s codes)."""
     out = []
-    for got, want in zip(held_matrix(run), held_matrix(fixed), strict=True):
+    for got, want in zip(held_matrix(run, cols), held_matrix(fixed, cols), strict=True):
         line: list[int | None] = []
         for g, w in zip(got, want, strict=True):
             if g is None or w is None:  # the gaps between keys: the same cells in both
@@ -155,12 +145,28 @@ def cell_matrix(run: TPRun, fixed: TPRun) -> list[list[int | None]]:
     return out
 
 
-def rows_record(bug: str, tp: int, behaviour: str) -> Record:
-    """The main toggle's record: the row map of ``bug`` at ``tp`` under ``behaviour``."""
-    run, fixed = run_for(bug, behaviour, tp), run_for(bug, "new", tp)
-    cols = columns()
-    ranks = [f"rank {r}" for r in range(tp)]
-    codes = cell_matrix(run, fixed)
+STATUS = {  # what a rank's status means, in a chart's labels
+    "ok": "ok",
+    "load error": "load failed",
+    "skipped": "forward skipped",  # it loaded, but another rank did not: no forward ran
+    "forward error": "forward failed",
+    "died": "died",
+    "killed": "killed",
+}
+
+
+def rank_label(result: Any) -> str:
+    """``rank 1``, or ``rank 2: load failed`` for a rank that did not finish as ``ok``."""
+    if result.status == "ok":
+        return f"rank {result.rank}"
+    return f"rank {result.rank}: {STATUS.get(result.status, result.status)}"
+
+
+def _rows_series(
+    run: TPRun, fixed: TPRun, cols: Columns, prefix: str = ""
+) -> tuple[list[str], list[list[int | None]], list[list[str]]]:
+    ranks = [prefix + rank_label(r) for r in run.ranks]
+    codes = cell_matrix(run, fixed, cols)
     text = [
         [
             f"{rank}: {label}<br>{CELL_STYLE[c][0]}" if c is not None else ""
@@ -168,22 +174,48 @@ def rows_record(bug: str, tp: int, behaviour: str) -> Record:
         ]
         for rank, line in zip(ranks, codes, strict=True)
     ]
+    return ranks, codes, text
+
+
+def rows_record(launch: Launch, bug: str, tp: int, behaviour: str) -> Record:
+    """The main toggle's record: the row map of ``bug`` at ``tp`` under ``behaviour``."""
+    run, fixed = run_for(launch, bug, behaviour, tp), run_for(launch, bug, "new", tp)
+    cols = columns(launch)
+    ranks, codes, text = _rows_series(run, fixed, cols)
     rec = Record(behaviour)
     rec.series["checkpoint rows"] = Series(
         x=list(range(len(cols.labels))), y=ranks, mode="heatmap", z=codes, text=text
     )
-    rec.outcome = {"bug": bug, "tp": tp, **outcome(run)}
+    rec.outcome = {"bug": bug, "tp": tp, "columns": cols, **outcome(launch, run)}
     return rec
 
 
-def records(bug: str, tp: int) -> dict[str, Record]:
+def contrast_record(launch: Launch, bug: str, tp: int) -> Record:
+    """Old and new in one row map: each rank's line under ``"old"``, then under ``"new"``."""
+    old, new = run_for(launch, bug, "old", tp), run_for(launch, bug, "new", tp)
+    cols = columns(launch)
+    y: list[str] = []
+    z: list[list[int | None]] = []
+    text: list[list[str]] = []
+    for behaviour, run in (("old", old), ("new", new)):
+        ranks, codes, cells = _rows_series(run, new, cols, prefix=f"{behaviour} · ")
+        y, z, text = y + ranks, z + codes, text + cells
+    rec = Record("old and new")
+    rec.series["checkpoint rows"] = Series(
+        x=list(range(len(cols.labels))), y=y, mode="heatmap", z=z, text=text
+    )
+    rec.outcome = {"bug": bug, "tp": tp, "columns": cols}
+    return rec
+
+
+def records(launch: Launch, bug: str, tp: int) -> dict[str, Record]:
     """old and new: what the main toggle swaps between for ``bug`` at ``tp``."""
-    return {b: rows_record(bug, tp, b) for b in BEHAVIOURS}
+    return {b: rows_record(launch, bug, tp, b) for b in BEHAVIOURS}
 
 
-def main_records() -> dict[str, Record]:
+def main_records(launch: Launch) -> dict[str, Record]:
     """Where the notebook's widgets start (and end Run All): the gguf-plugin bug at tp=2, old."""
-    return records("gguf-rank", 2)
+    return records(launch, "gguf-rank", 2)
 
 
 def _discrete_scale() -> list[list[Any]]:
@@ -203,12 +235,11 @@ def rows_figure(record: Record) -> Any:
     from loadkit.demo.viz import base_figure
 
     s = record.series["checkpoint rows"]
-    bug, tp = record.outcome["bug"], record.outcome["tp"]
-    cols = columns()
+    bug, tp, cols = record.outcome["bug"], record.outcome["tp"], record.outcome["columns"]
     fig = base_figure(
         f"Checkpoint rows each rank holds, tp={tp}, {BUG_SHORT[bug]} [{record.behaviour}]",
-        height=230 + 42 * tp,
-        margin={"l": 70, "r": 20, "t": 95, "b": 95},
+        height=230 + 42 * len(s.y),
+        margin={"l": 20, "r": 20, "t": 120, "b": 95},
         xaxis={
             "tickmode": "array",
             "tickvals": [st + (cols.sizes[k] - 1) / 2 for k, st in cols.starts.items()],
@@ -222,7 +253,7 @@ def rows_figure(record: Record) -> Any:
                 "(columns for o_proj, down_proj)"
             },
         },
-        yaxis={"autorange": "reversed", "showgrid": False},
+        yaxis={"autorange": "reversed", "showgrid": False, "automargin": True},
     )
     n = len(CELL_STYLE)
     fig.add_trace(
@@ -267,15 +298,22 @@ def layer_label(layer: str) -> str:
     return name
 
 
-def counters_figure(bug: str, tp: int, behaviour: str) -> Any:
-    """Elements each rank copied into each layer (its loaded-element counter), ranks side by
-    side; the title says whether they equal the counters under the fix."""
+def _share(got: int, want: int) -> float:
+    """``got`` as a percentage of ``want`` (100 when both are 0)."""
+    return 100.0 if want == 0 else 100.0 * got / want
+
+
+def counters_figure(launch: Launch, bug: str, tp: int, behaviour: str) -> Any:
+    """Elements each rank copied into each layer (its loaded-element counter) as a share of
+    what the same rank copies under the fix, ranks side by side. Normalised because the raw
+    counts differ between ranks under the fix too: the last rank's share of the padded
+    vocabulary holds padding rows, which nothing is loaded into."""
     import plotly.graph_objects as go
 
     from loadkit.demo.viz import base_figure
 
-    run, fixed = run_for(bug, behaviour, tp), run_for(bug, "new", tp)
-    layers = list(reference().ranks[0].loaded_per_layer)
+    run, fixed = run_for(launch, bug, behaviour, tp), run_for(launch, bug, "new", tp)
+    layers = list(reference(launch).ranks[0].loaded_per_layer)
     differ = [
         str(r.rank)
         for r, f in zip(run.ranks, fixed.ranks, strict=True)
@@ -288,34 +326,58 @@ def counters_figure(bug: str, tp: int, behaviour: str) -> Any:
     )
     fig = base_figure(
         f"Elements each rank loaded, per layer, tp={tp}: {verdict} [{behaviour}]",
-        height=380,
+        height=450,
         barmode="group",
         bargap=0.2,
         xaxis={"tickangle": -40, "title": None},
-        yaxis={"title": "elements copied from the checkpoint"},
-        margin={"l": 70, "r": 20, "t": 90, "b": 110},
+        yaxis={"title": "% of the same rank under the fix", "range": [0, 110]},
+        margin={"l": 70, "r": 20, "t": 90, "b": 175},
     )
-    for r, result in enumerate(run.ranks):
+    fig.add_annotation(
+        text="100% = as many elements as the same rank copies under the fix (raw counts differ "
+        "between ranks even then:<br>the last rank's share of the padded vocabulary is "
+        "partly padding, which nothing is loaded into)",
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=-0.62,
+        xanchor="left",
+        yanchor="top",
+        showarrow=False,
+        align="left",
+        font={"size": 11, "color": "#555"},
+    )
+    for r, (result, fix) in enumerate(zip(run.ranks, fixed.ranks, strict=True)):
+        got = [result.loaded_per_layer.get(layer, 0) for layer in layers]
+        want = [fix.loaded_per_layer.get(layer, 0) for layer in layers]
         fig.add_trace(
             go.Bar(
-                name=f"rank {r} ({result.status})",
+                name=rank_label(result),
                 x=[layer_label(layer) for layer in layers],
-                y=[result.loaded_per_layer.get(layer, 0) for layer in layers],
+                y=[_share(g, w) for g, w in zip(got, want, strict=True)],
+                customdata=[[g, w] for g, w in zip(got, want, strict=True)],
+                hovertemplate="%{x}: %{customdata[0]} of %{customdata[1]} elements<extra>"
+                + rank_label(result)
+                + "</extra>",
                 marker_color=RANK_COLOURS[r % len(RANK_COLOURS)],
             )
         )
     return fig
 
 
-def logits_figure(bug: str, tp: int, behaviour: str) -> Any:
-    """The last position's logits over the vocabulary: tp=1's line, this run's points."""
+AGREE_COLOURS = {"equal": "#2e86ab", "differs": "#d1495b"}
+
+
+def logits_figure(launch: Launch, bug: str, tp: int, behaviour: str) -> Any:
+    """The last position's logits over the vocabulary: tp=1's line, this run's points coloured
+    by whether each equals tp=1's (within ``ATOL``); a run without logits says why."""
     import plotly.graph_objects as go
 
-    from loadkit.demo.viz import BEHAVIOUR_COLOURS, base_figure
+    from loadkit.demo.viz import base_figure
 
-    run = run_for(bug, behaviour, tp)
-    ref = reference_logits()
-    found = outcome(run)
+    run = run_for(launch, bug, behaviour, tp)
+    ref = reference_logits(launch)
+    found = outcome(launch, run)
     fig = base_figure(
         f"Logits at the last position, tp={tp} against tp=1: {found['logits']} [{behaviour}]",
         height=340,
@@ -332,21 +394,43 @@ def logits_figure(bug: str, tp: int, behaviour: str) -> Any:
             line={"color": "#6c757d", "width": 2},
         )
     )
-    if run.logits is not None:
-        fig.add_trace(
-            go.Scatter(
-                name=f"tp={tp}",
-                x=vocab,
-                y=[float(v) for v in run.logits[-1]],
-                mode="markers",
-                marker={"color": BEHAVIOUR_COLOURS[behaviour], "size": 6},
-            )
+    if run.logits is None:
+        by_status: dict[str, list[str]] = {}
+        for r in run.ranks:
+            by_status.setdefault(STATUS.get(r.status, r.status), []).append(str(r.rank))
+        fig.add_annotation(
+            text=f"no tp={tp} logits: "
+            + "; ".join(f"rank {', '.join(rs)}: {what}" for what, rs in by_status.items())
+            + "<br>(a rank that loaded skips the forward when another rank's load failed)",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            bgcolor="#fbe3e6",
+            bordercolor=AGREE_COLOURS["differs"],
+            font={"size": 13},
         )
+        return fig
+    last = run.logits[-1]
+    close = np.isclose(last, ref[-1], atol=ATOL)
+    for kind, mask in (("equal", close), ("differs", ~close)):
+        ids = [i for i in vocab if mask[i]]
+        if ids:
+            fig.add_trace(
+                go.Scatter(
+                    name=f"tp={tp}, {'equal to' if kind == 'equal' else 'differs from'} tp=1",
+                    x=ids,
+                    y=[float(last[i]) for i in ids],
+                    mode="markers",
+                    marker={"color": AGREE_COLOURS[kind], "size": 6},
+                )
+            )
     return fig
 
 
-def outcome(run: TPRun) -> dict[str, Any]:
-    ref = reference_logits()
+def outcome(launch: Launch, run: TPRun) -> dict[str, Any]:
+    ref = reference_logits(launch)
     out: dict[str, Any] = {"ranks": " ".join(r.status for r in run.ranks)}
     if run.logits is None:
         failed = [str(r.rank) for r in run.ranks if r.status == "load error"]
@@ -368,20 +452,20 @@ def outcome(run: TPRun) -> dict[str, Any]:
 # --- text for the notebook (what nbval compares) -----------------------------------------------
 
 
-def row_map_text(bug: str, behaviour: str, tp: int, keys: tuple[str, ...] = SHOWN) -> str:
-    run = run_for(bug, behaviour, tp)
+def row_map_text(run: TPRun, keys: tuple[str, ...] = SHOWN) -> str:
+    """The rows each rank of ``run`` holds, as text (``render_row_map``'s table)."""
     failed = {r.rank: r.error or r.status for r in run.ranks if r.status == "load error"}
     entries = [e for e in row_map([r.records for r in run.ranks]) if e.key in keys]
-    head = f"[{bug} {behaviour}, tp={tp}]"
+    head = f"[{run.job.name}, tp={run.tp}]"
     return head + "\n" + render_row_map(entries, failed=failed)
 
 
-def summary(bug: str, tp: int) -> str:
-    return outcome_table({b: Record(b, outcome=outcome(run_for(bug, b, tp))) for b in BEHAVIOURS})
+def summary(launch: Launch, runs: dict[str, TPRun]) -> str:
+    """``runs`` (behaviour -> run) side by side: ranks, logits, next tokens, elements."""
+    return outcome_table({b: Record(b, outcome=outcome(launch, run)) for b, run in runs.items()})
 
 
-def errors_text(bug: str, behaviour: str, tp: int) -> str:
-    run = run_for(bug, behaviour, tp)
+def errors_text(run: TPRun) -> str:
     return "\n".join(wrap(e, hang=4) for e in run.errors) or "no errors"
 
 
@@ -408,6 +492,7 @@ class Explorer:
     counters and the logits follow all three."""
 
     records: dict[str, Record]  # what the main toggle swaps between (rebuilt on tp and bug)
+    launch: Launch
     toggle: Any
     tp: Any
     bug: Any
@@ -438,17 +523,18 @@ class Explorer:
         )
 
 
-def explorer() -> Explorer:
-    """Build the widgets; they start on ``main_records()`` (gguf-rank, tp=2, old)."""
+def explorer(launch: Launch) -> Explorer:
+    """Build the widgets over the notebook's ``launch``; they start on ``main_records(launch)``
+    (gguf-rank, tp=2, old)."""
     import ipywidgets as widgets
 
     from loadkit.demo.chart import Chart
 
     bug0, tp0, b0 = "gguf-rank", 2, "old"
-    recs = main_records()
+    recs = main_records(launch)
     rows = Chart(rows_figure(recs[b0]))
-    counters = Chart(counters_figure(bug0, tp0, b0))
-    logits = Chart(logits_figure(bug0, tp0, b0))
+    counters = Chart(counters_figure(launch, bug0, tp0, b0))
+    logits = Chart(logits_figure(launch, bug0, tp0, b0))
     toggle = widgets.ToggleButtons(options=list(recs), value=b0, description="behaviour")
     tp = widgets.ToggleButtons(options=[str(t) for t in TPS], value=str(tp0), description="tp")
     bug = widgets.ToggleButtons(options=list(BUGS), value=bug0, description="bug")
@@ -458,14 +544,14 @@ def explorer() -> Explorer:
     def refresh(_: Any = None) -> None:
         b, t = toggle.value, int(tp.value)
         rows.draw(rows_figure(recs[b]))
-        counters.draw(counters_figure(bug.value, t, b))
-        logits.draw(logits_figure(bug.value, t, b))
+        counters.draw(counters_figure(launch, bug.value, t, b))
+        logits.draw(logits_figure(launch, bug.value, t, b))
 
     def rebuild(_: Any = None) -> None:
-        recs.update(records(bug.value, int(tp.value)))
+        recs.update(records(launch, bug.value, int(tp.value)))
         refresh()
 
     toggle.observe(refresh, names="value")
     tp.observe(rebuild, names="value")
     bug.observe(rebuild, names="value")
-    return Explorer(recs, toggle, tp, bug, rows, counters, logits)
+    return Explorer(recs, launch, toggle, tp, bug, rows, counters, logits)

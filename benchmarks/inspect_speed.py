@@ -33,6 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 2.0  # inspect's whole process against a plain parse of the same headers
+# What tests/inspection/test_cli_speed.py asserts: the target is missed since the header path
+# imports typing and dataclasses plainly (2.2 on a quiet machine, docs/benchmarks.md); the bound
+# still fails a regression beyond that.
+ASSERTED_RATIO = 2.5
 OUT = ROOT / "data" / "big" / "inspect_speed"
 GIB = 1 << 30
 

@@ -253,13 +253,15 @@ def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
 def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> BuiltModel:
     """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
     own."""
-    from loadkit.inspection.simulate import model_summary
     from loadkit.mapper import WeightsMapper
     from loadkit.models.registry import build_model
 
     ck, model = read.checkpoint, options.model
     assert model is not None  # inspect() stops before this step without a model
     module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
+    # After the build: a model that cannot be built (no config.json) fails before torch loads.
+    from loadkit.inspection.simulate import model_summary
+
     found = getattr(module, "hf_to_vllm_mapper", None)
     own = found if isinstance(found, WeightsMapper) else None
     mapper = own

@@ -100,10 +100,15 @@ def _checkpoint(r: Report, limit: int) -> list[str]:
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
         rows = [
-            (printable(os.path.basename(s.file)), f"{s.tensors:>6} tensors", format_bytes(s.nbytes))
+            (
+                printable(os.path.basename(s.file)),
+                f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}",
+                format_bytes(s.nbytes),
+            )
             for s in c.files
         ]
-        lines.append(table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)))
+        shown = table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)).splitlines()
+        lines += _capped(shown, len(rows), limit)
     if c.problems:
         lines += _index_problems(c, limit)
     return lines

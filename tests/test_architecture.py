@@ -217,7 +217,7 @@ INVESTIGATED = {
     "load_weights",
     "AutoWeightsLoader",
     "make_checkpoint",
-    "probe_verdict",
+    "predict_probe",
     "CloneCounter",
     "CopyCounter",
     "get_numel_loaded",

@@ -14,7 +14,7 @@ from loadkit.vocab import ENTRY_STATUSES, KEY_STATUSES, PARAM_STATUSES, Status
 def _calls():
     from loadkit import as_pooling_model, get_numel_loaded, initialize_layerwise_reload
     from loadkit.models.plamo2 import Plamo2Config, Plamo2ForCausalLM
-    from loadkit.pooling.probe import lookup_name, probe_verdict
+    from loadkit.pooling.probe import lookup_name, predict_probe
 
     args = __import__("inspect").signature(lambda param: None).bind(torch.zeros(1))
     return {
@@ -24,7 +24,7 @@ def _calls():
             torch.nn.Linear(1, 1), behaviour=b
         ),
         "lookup_name": lambda b: lookup_name("x", None, b),
-        "probe_verdict": lambda b: probe_verdict([("x", 1)], {"x"}, behaviour=b),
+        "predict_probe": lambda b: predict_probe([("x", 1)], {"x"}, behaviour=b),
         "Plamo2ForCausalLM": lambda b: Plamo2ForCausalLM(Plamo2Config(), behaviour=b),
     }
 

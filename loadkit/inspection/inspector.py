@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.mapper import WeightsMapper
-    from loadkit.pooling.probe import ProbeVerdict
+    from loadkit.pooling.probe import ProbeRecord
 
 
 def inspect_checkpoint(
@@ -285,16 +285,16 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
 
 def probe_prefixes(
     options: InspectOptions, read: CheckpointRead, built: BuiltModel
-) -> dict[str, ProbeVerdict] | None:
+) -> dict[str, ProbeRecord] | None:
     """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for, or a pooling model."""
     if not (options.probe or (options.probe is None and built.summary.pooling)):
         return None
-    from loadkit.pooling.probe import probe_verdict
+    from loadkit.pooling.probe import predict_probe
 
     params = {name for name, _ in built.module.named_parameters()}
     keys = [(t.name, t.nbytes) for t in read.infos]
     return {
-        b: probe_verdict(keys, params, mapper=built.mapper, behaviour=b) for b in ("old", "new")
+        b: predict_probe(keys, params, mapper=built.mapper, behaviour=b) for b in ("old", "new")
     }
 
 

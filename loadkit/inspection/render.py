@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.summary import CheckpointSummary, MapperReport
     from loadkit.inspection.tensor_parallel.plan import TPReport
-    from loadkit.pooling.probe import ProbeVerdict
+    from loadkit.pooling.probe import ProbeRecord
 
 
 class Report(Protocol):
@@ -31,7 +31,7 @@ class Report(Protocol):
     checkpoint: CheckpointSummary
     mapper: MapperReport | None
     model: ModelSummary | None
-    probe: dict[str, ProbeVerdict] | None
+    probe: dict[str, ProbeRecord] | None
     load: LoadReport | None
     fix: SuggestedFix | None
     tensor_parallel: TPReport | None
@@ -100,10 +100,15 @@ def _checkpoint(r: Report, limit: int) -> list[str]:
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
         lines.append("  shards")
         rows = [
-            (printable(os.path.basename(s.file)), f"{s.tensors:>6} tensors", format_bytes(s.nbytes))
+            (
+                printable(os.path.basename(s.file)),
+                f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}",
+                format_bytes(s.nbytes),
+            )
             for s in c.files
         ]
-        lines.append(table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)))
+        shown = table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)).splitlines()
+        lines += _capped(shown, len(rows), limit)
     if c.problems:
         lines += _index_problems(c, limit)
     return lines
@@ -197,13 +202,15 @@ def _backend(b: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _verdict(v: ProbeVerdict) -> str:
-    whole = " = the whole checkpoint" if v.walked == v.total_keys and v.total_keys else ""
-    noun = "tensor" if v.walked == 1 else "tensors"
-    cost = f"clones {v.walked} {noun} ({format_bytes(v.cloned_bytes)}{whole})"
-    if not v.hit:
-        return f"no hit: walks all {v.total_keys} keys, {cost}; names forwarded unprefixed"
-    return f"prefix {v.prefix!r} found at key #{v.hit_index} '{printable(str(v.hit_key))}': {cost}"
+def _verdict(probe: ProbeRecord) -> str:
+    everything = probe.walked == probe.forwarded and probe.forwarded
+    whole = " = the whole checkpoint" if everything else ""
+    noun = "tensor" if probe.clones == 1 else "tensors"
+    cost = f"clones {probe.clones} {noun} ({format_bytes(probe.cloned_bytes)}{whole})"
+    if not probe.hit:
+        return f"no hit: walks all {probe.forwarded} keys, {cost}; names forwarded unprefixed"
+    hit = printable(str(probe.hit_key))
+    return f"prefix {probe.prefix!r} found at key #{probe.hit_index} '{hit}': {cost}"
 
 
 def _plural(n: int, noun: str, plural: str | None = None) -> str:

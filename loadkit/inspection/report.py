@@ -21,21 +21,21 @@ if TYPE_CHECKING:
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
-    from loadkit.pooling.probe import ProbeVerdict
+    from loadkit.pooling.probe import ProbeRecord
 
 SCHEMA_VERSION = 4  # docs/inspect.md, "The --json document", says what each version added
 
 
-def _verdict_dict(v: ProbeVerdict) -> dict[str, Any]:
+def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
     return {
         "hit": v.hit,
         "prefix": v.prefix,
         "hit_index": v.hit_index,
         "hit_key": v.hit_key,
-        "clones": v.walked,
+        "clones": v.clones,
         "cloned_bytes": v.cloned_bytes,
-        "total_keys": v.total_keys,
-        "total_bytes": v.total_bytes,
+        "total_keys": v.forwarded,
+        "total_bytes": v.forwarded_bytes,
     }
 
 
@@ -48,7 +48,7 @@ class InspectReport:
     checkpoint: CheckpointSummary
     mapper: MapperReport | None = None
     model: ModelSummary | None = None
-    probe: dict[str, ProbeVerdict] | None = None
+    probe: dict[str, ProbeRecord] | None = None
     load: LoadReport | None = None
     tensor_parallel: TPReport | None = None
     fix: SuggestedFix | None = None  # mapper rules that fix a systematic mismatch, proven
@@ -122,7 +122,7 @@ class InspectReport:
             "layout": self.folded_layout.as_dict(),
             "mapper": self.mapper.as_dict() if self.mapper else None,
             "model": self.model.as_dict() if self.model else None,
-            "probe": {b: _verdict_dict(v) for b, v in self.probe.items()} if self.probe else None,
+            "probe": {b: _probe_dict(v) for b, v in self.probe.items()} if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,

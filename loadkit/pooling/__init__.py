@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"as_pooling_model", "ProbeRecord"}
+_EXPORTS = {"as_pooling_model": "adapter", "ProbeRecord": "probe", "predict_probe": "probe"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module("loadkit.pooling.adapter"), name)
+        return getattr(importlib.import_module(f"loadkit.pooling.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'loadkit.pooling' has no attribute {name!r}")

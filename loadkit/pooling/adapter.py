@@ -17,54 +17,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
 import torch
 
 from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.pooling.probe import ProbeVerdict, lookup_name, match_prefix
+from loadkit.pooling.probe import ProbeRecord, lookup_name, match_prefix
 from loadkit.vocab import Behaviour, check_behaviour
 
 Forward = Literal["original", "mapped"]
 M = TypeVar("M", bound=torch.nn.Module)
 _GENERATE_SUFFIXES = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel", "ChatModel")
-
-
-@dataclass(frozen=True)
-class ProbeRecord:
-    """What the probe did during one ``load_weights``."""
-
-    behaviour: str
-    prefix: str | None  # the prefix found; None: no hit (names forwarded unprefixed)
-    hit_index: int | None  # position of the key that hit, in stream order
-    hit_key: str | None
-    walked: int  # keys the probe walked (and held)
-    walked_bytes: int
-    walked_names: tuple[str, ...]
-    clones: int  # clone() calls the probe made: ``walked``, or 0 without clone protection
-    cloned_bytes: int
-    forwarded: int  # weights handed to the parent loader (held ones and the rest of the stream)
-    forwarded_bytes: int
-    clone: bool
-    forward: str
-
-    @property
-    def hit(self) -> bool:
-        return self.prefix is not None
-
-    def verdict(self) -> ProbeVerdict:
-        """The same facts that ``loadkit.pooling.probe.probe_verdict`` reports from the header."""
-        return ProbeVerdict(
-            self.behaviour,
-            self.prefix,
-            self.hit_index,
-            self.hit_key,
-            self.walked,
-            self.walked_bytes,
-            self.forwarded,
-            self.forwarded_bytes,
-        )
 
 
 def _nbytes(t: torch.Tensor) -> int:

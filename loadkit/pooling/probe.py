@@ -40,54 +40,74 @@ def match_prefix(lookup: str, params: Collection[str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class ProbeVerdict:
-    """What the probe does over one checkpoint: where it stops and what it clones on the way."""
+class ProbeRecord:
+    """What the probe does over one checkpoint: where it stops and what it holds on the way.
+
+    A real load (``model.probe_record`` after ``load_weights``) and the header-only prediction
+    (``predict_probe``) give the same record for the same checkpoint and model.
+    """
 
     behaviour: str
-    prefix: str | None  # the prefix found; None: no hit, names are forwarded unprefixed
-    hit_index: int | None  # position of the key that hit
+    prefix: str | None  # the prefix found; None: no hit (names forwarded unprefixed)
+    hit_index: int | None  # position of the key that hit, in stream order
     hit_key: str | None
-    walked: int  # keys walked, each cloned
+    walked: int  # keys the probe walked (and held)
+    walked_bytes: int
+    walked_names: tuple[str, ...]
+    clones: int  # clone() calls the probe made: ``walked``, or 0 without clone protection
     cloned_bytes: int
-    total_keys: int
-    total_bytes: int
+    forwarded: int  # weights handed to the parent loader (held ones and the rest of the stream)
+    forwarded_bytes: int
+    clone: bool = True
+    forward: str = "original"
 
     @property
     def hit(self) -> bool:
         return self.prefix is not None
 
-    @property
-    def prefix_used(self) -> str:
-        return self.prefix or ""
 
-
-def probe_verdict(
+def predict_probe(
     keys: Iterable[tuple[str, int]],
     params: Collection[str],
     *,
     mapper: WeightsMapper | None = None,
     behaviour: Behaviour = "new",
-) -> ProbeVerdict:
-    """Run the probe over ``(name, nbytes)`` pairs without touching tensors.
+) -> ProbeRecord:
+    """The probe's record for ``(name, nbytes)`` pairs, without touching a tensor.
 
-    The same walk as the adapter's: each key is cloned before it is checked, and the walk stops
-    at the first hit. ``keys`` is consumed fully so the totals are known.
+    The same walk as the adapter's: each key is cloned before it is checked, the walk stops at
+    the first hit, and every key is then forwarded. ``keys`` is consumed fully.
+
+    >>> r = predict_probe([("a.weight", 8), ("b.weight", 4)], {"model.b.weight"})
+    >>> r.prefix, r.hit_key, r.clones, r.cloned_bytes, r.forwarded
+    ('model.', 'b.weight', 2, 12, 2)
     """
-    walked = cloned = total_keys = total_bytes = 0
+    walked: list[str] = []
+    walked_bytes = total_keys = total_bytes = 0
     prefix = hit_key = hit_index = None
     for name, nbytes in keys:
         total_keys += 1
         total_bytes += nbytes
         if prefix is not None:
             continue
-        walked += 1
-        cloned += nbytes
+        walked.append(name)
+        walked_bytes += nbytes
         lookup = lookup_name(name, mapper, behaviour)
         if lookup is None:
             continue
         found = match_prefix(lookup, params)
         if found is not None:
             prefix, hit_key, hit_index = found, name, total_keys - 1
-    return ProbeVerdict(
-        behaviour, prefix, hit_index, hit_key, walked, cloned, total_keys, total_bytes
+    return ProbeRecord(
+        behaviour=behaviour,
+        prefix=prefix,
+        hit_index=hit_index,
+        hit_key=hit_key,
+        walked=len(walked),
+        walked_bytes=walked_bytes,
+        walked_names=tuple(walked),
+        clones=len(walked),
+        cloned_bytes=walked_bytes,
+        forwarded=total_keys,
+        forwarded_bytes=total_bytes,
     )

@@ -99,7 +99,7 @@ def test_full_scale_and_slider(nb):
 
 
 def test_layouts_table_shows_why_the_probe_exists(nb):
-    layouts = pp.layouts_table(nb["verdicts"])
+    layouts = pp.layouts_table(nb["predicted"])
     assert layouts.column("first key")[2] == "model.language_model.embed_tokens.weight"
     assert layouts.column("old: prefix, keys walked") == [
         "'', 1 of 73", "'model.', 1 of 73", "none (no hit), 73 of 73"

@@ -201,6 +201,28 @@ def test_sharded_folder_with_index(tmp_path, loadkit_cli):
     assert "model-00001-of-00002.safetensors      10 tensors" in res.stdout
 
 
+def test_shard_list_is_capped_by_limit_and_counts_in_the_singular(tmp_path, loadkit_cli):
+    # DeepSeek-V3 ships 163 shards: the shard list obeys --limit like every other list.
+    folder = tmp_path / "many"
+    folder.mkdir()
+    names = [f"model-{i + 1:05d}-of-00025.safetensors" for i in range(25)]
+    for i, name in enumerate(names):
+        write_safetensors(folder / name, {f"layers.{i}.w": ("F32", (2,))})
+    weight_map = {f"layers.{i}.w": name for i, name in enumerate(names)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    res = loadkit_cli("inspect", folder, "--limit", "3")
+    assert res.returncode == 0, res.stderr
+    shards = res.stdout.split("  shards\n")[1].split("\n\n")[0].splitlines()
+    assert shards == [
+        f"    {names[0]}       1 tensor         8 B",
+        f"    {names[1]}       1 tensor         8 B",
+        f"    {names[2]}       1 tensor         8 B",
+        "    ... 22 more (--json lists them all)",
+    ]
+    document = json.loads(loadkit_cli("inspect", folder, "--limit", "3", "--json").stdout)
+    assert len(document["checkpoint"]["files"]) == 25
+
+
 def test_mapper_rules_on_the_command_line(tmp_path, loadkit_cli):
     f = write_safetensors(tmp_path / "m.safetensors", qwen2_layout())
     rules = {"orig_to_new_prefix": {"model.": ""}, "orig_to_new_substr": {".bias": None}}

@@ -18,7 +18,7 @@ from loadkit import (
 from loadkit.checkpoint.writer import save_in_order
 from loadkit.errors import LoadkitError, UnknownNameError, WeightLoadError
 from loadkit.models import gemma4 as g4
-from loadkit.pooling.probe import probe_verdict
+from loadkit.pooling.probe import predict_probe
 
 G4 = g4.Gemma4ForConditionalGeneration
 BEHAVIOURS = ("old", "new")
@@ -309,13 +309,13 @@ def test_adapter_and_header_only_verdict_agree(tmp_path, config, order, behaviou
     ck = open_checkpoint(path)
     model = as_pooling_model(G4, behaviour=behaviour)(config)
     model.load_weights(ck.weights(reuse_buffer=True))
-    header = probe_verdict(
+    header = predict_probe(
         [(t.name, t.nbytes) for t in sorted(ck.tensors.values(), key=lambda t: t.offset)],
         {n for n, _ in model.named_parameters()},
         mapper=model.hf_to_vllm_mapper,
         behaviour=behaviour,
     )
-    assert header == model.probe_record.verdict()
+    assert header == model.probe_record
 
 
 def _attention_first(config):

@@ -2,7 +2,7 @@ import pytest
 
 from loadkit import WeightsMapper
 from loadkit.errors import LoadkitError
-from loadkit.pooling.probe import lookup_name, match_prefix, probe_verdict
+from loadkit.pooling.probe import lookup_name, match_prefix, predict_probe
 
 PARAMS = {"language_model.model.embed.weight", "language_model.model.layer0.weight"}
 GEMMA = WeightsMapper(orig_to_new_prefix={"model.language_model.": "language_model.model."})
@@ -10,13 +10,20 @@ KEYS = [(f"model.language_model.{n}", 100) for n in ("embed.weight", "layer0.wei
 
 
 def test_old_never_hits_with_mapped_layout_and_clones_everything():
-    v = probe_verdict(KEYS, PARAMS, mapper=GEMMA, behaviour="old")
-    assert not v.hit and v.prefix_used == ""
-    assert (v.walked, v.cloned_bytes, v.total_keys, v.total_bytes) == (4, 400, 4, 400)
+    v = predict_probe(KEYS, PARAMS, mapper=GEMMA, behaviour="old")
+    assert not v.hit and v.prefix is None
+    assert (v.walked, v.clones, v.cloned_bytes, v.forwarded, v.forwarded_bytes) == (
+        4,
+        4,
+        400,
+        4,
+        400,
+    )
+    assert v.walked_names == tuple(k for k, _ in KEYS)
 
 
 def test_new_hits_first_key_through_the_mapper():
-    v = probe_verdict(KEYS, PARAMS, mapper=GEMMA, behaviour="new")
+    v = predict_probe(KEYS, PARAMS, mapper=GEMMA, behaviour="new")
     assert (v.prefix, v.hit_index, v.hit_key, v.walked, v.cloned_bytes) == (
         "",
         0,
@@ -24,20 +31,20 @@ def test_new_hits_first_key_through_the_mapper():
         1,
         100,
     )
-    assert v.total_keys == 4
+    assert (v.forwarded, v.walked_names) == (4, (KEYS[0][0],))
 
 
 def test_headless_checkpoint_found_under_model_prefix():
     params = {"model.embed.weight"}
     for b in ("old", "new"):
-        v = probe_verdict([("embed.weight", 8)], params, behaviour=b)
+        v = predict_probe([("embed.weight", 8)], params, behaviour=b)
         assert v.prefix == "model." and v.walked == 1
 
 
 def test_mapper_none_keys_are_walked_and_skipped():
     m = WeightsMapper(orig_to_new_substr={"vision": None}, orig_to_new_prefix={"hf.": ""})
     keys = [("hf.vision.a", 1), ("hf.vision.b", 1), ("hf.w", 1)]
-    v = probe_verdict(keys, {"w"}, mapper=m, behaviour="new")
+    v = predict_probe(keys, {"w"}, mapper=m, behaviour="new")
     assert (v.prefix, v.hit_index, v.walked) == ("", 2, 3)
     assert lookup_name("hf.vision.a", m, "new") is None
     assert lookup_name("hf.vision.a", m, "old") == "hf.vision.a"

@@ -170,7 +170,7 @@ def probe_table(report: InspectReport) -> str:
         return "pooling probe: needs a model"
     rows = []
     for b, v in report.probe.items():
-        share = v.cloned_bytes / v.total_bytes if v.total_bytes else 0.0
+        share = v.cloned_bytes / v.forwarded_bytes if v.forwarded_bytes else 0.0
         rows.append(
             [
                 b,

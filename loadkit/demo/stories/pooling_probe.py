@@ -1,7 +1,7 @@
 """Notebook 01's pictures of the pooling prefix probe: what a load through the adapter left.
 
 The notebook loads for real in functions of its own (``as_pooling_model(..., behaviour=...)``,
-``load_weights`` under a ``CloneCounter``, ``probe_verdict``); ``watched`` notes the clones after
+``load_weights`` under a ``CloneCounter``, ``predict_probe``); ``watched`` notes the clones after
 each key the load reads, ``ProbeRun.of`` gathers what the load left, and the functions here draw
 it. The widgets take the notebook's function and call it again when a click asks for a run not
 made yet.
@@ -19,8 +19,7 @@ import torch
 from loadkit.demo.scenario import Record, Series
 from loadkit.demo.show import Table
 from loadkit.fmt import format_bytes, table
-from loadkit.pooling.adapter import ProbeRecord
-from loadkit.pooling.probe import ProbeVerdict
+from loadkit.pooling.probe import ProbeRecord
 
 GiB = 2**30
 MiB = 2**20
@@ -103,7 +102,7 @@ def prefix(p: str | None) -> str:
     return "none (no hit)" if p is None else repr(p)
 
 
-def hit(probe: ProbeRecord | ProbeVerdict) -> str:
+def hit(probe: ProbeRecord) -> str:
     """The key that hit, numbered from 1 as the charts' axes count keys read."""
     if probe.hit_key is None or probe.hit_index is None:
         return "-"
@@ -228,12 +227,12 @@ def main_view(runs: Callable[[str], Mapping[str, ProbeRun]], streams: Iterable[s
 # --- why the probe exists -----------------------------------------------------------------------
 
 
-def layouts_table(verdicts: Mapping[str, tuple[str, Mapping[str, ProbeVerdict]]]) -> Table:
-    """The probe's verdict per checkpoint layout (rows: label -> (its first key, verdict per
+def layouts_table(predicted: Mapping[str, tuple[str, Mapping[str, ProbeRecord]]]) -> Table:
+    """The probe's record per checkpoint layout (rows: label -> (its first key, record per
     behaviour)) and behaviour (columns)."""
     rows = []
-    for label, (first, by_behaviour) in verdicts.items():
-        cells = [f"{prefix(v.prefix)}, {v.walked} of {v.total_keys}" for v in by_behaviour.values()]
+    for label, (first, by_behaviour) in predicted.items():
+        cells = [f"{prefix(v.prefix)}, {v.walked} of {v.forwarded}" for v in by_behaviour.values()]
         rows.append((label, first, *cells))
     head = ("checkpoint", "first key", *(f"{b}: prefix, keys walked" for b in BEHAVIOURS))
     return Table(head, rows)

@@ -1,9 +1,11 @@
-"""The notebooks' story modules (04 debug, 00 tour) and the built-in models on data/ checkpoints."""
+"""The notebooks' story modules (04 debug, 00 tour), run on the notebooks' own functions, and the
+built-in models on data/ checkpoints."""
 
 import json
 import os
 
 import pytest
+from notebook_code import notebook_namespace
 
 from loadkit import open_checkpoint
 from loadkit.demo.stories import debug, tour
@@ -16,6 +18,11 @@ from loadkit.models.registry import BUILTIN, ModelSpecError, build_model
 @pytest.fixture
 def in_notebooks(monkeypatch):
     monkeypatch.chdir(debug.DATA.parent / "notebooks")
+
+
+def nb04(name):
+    """A function notebook 04 defines (``inspect``, ``broken_copy``, ...), as it defines it."""
+    return notebook_namespace("04_debug_your_checkpoint.ipynb")[name]
 
 
 def test_every_data_checkpoint_loads_cleanly_into_its_builtin_model(in_notebooks):
@@ -64,60 +71,133 @@ def test_default_checkpoint_and_choices(in_notebooks):
 
 def test_treemap_tables_and_probe(in_notebooks):
     path, model = debug.default_checkpoint()
-    report = debug.inspect(path, model)
+    report = nb04("inspect")(path, model)
     fig = debug.treemap_figure(report)
     (trace,) = fig.data
-    assert trace.values[0] == report.checkpoint.total_bytes
+    assert trace.ids[0] == "(checkpoint)" and trace.values[0] == len(report.checkpoint.tensors)
+    leaves = [c for c in trace.customdata if c[2]]
+    assert len(leaves) == 73 and {c[1] for c in leaves} == {"loaded"}
     text = debug.treemap_data(fig)
-    assert "largest boxes under model.language_model:" in text
-    assert "  layers: " in text
+    assert "loads cleanly into Gemma4ForConditionalGeneration" in text and "73 loaded" in text
     probe = debug.probe_table(report)
     assert "old    no hit" in probe and "100%" in probe
     assert "#0 model.language_model.embed_tokens.weight" in probe
     assert "verdict: loads cleanly (exit 0)" in debug.mismatch_tables(report)
-    header_only = debug.inspect(path, debug.HEADER_ONLY)
+    header_only = nb04("inspect")(path, debug.HEADER_ONLY)
     assert debug.probe_table(header_only) == "pooling probe: needs a model"
+    assert set(debug.key_fates(header_only).values()) == {"header only"}
 
 
-def test_broken_copy_is_found_out(in_notebooks, tmp_path):
-    broken = debug.broken_copy(
-        "../data/plamo2/untied.safetensors",
-        tmp_path / "broken.safetensors",
-        rename={"model.norm.weight": "model.norm_f.weight"},
-        drop=["model.layers.layers.1.mlp.down_proj.weight"],
-        reshape={"model.layers.layers.0.pre_mixer_norm.weight": [17]},
+def _colour_of(fig, name):
+    (trace,) = fig.data
+    row = next(i for i, c in enumerate(trace.customdata) if c[2] == name)
+    return trace.marker.colors[row], trace.text[row]
+
+
+def test_every_key_and_missing_tensor_has_its_fate_colour(in_notebooks, tmp_path):
+    from loadkit.demo.fates import FATE_COLOURS, PROBLEMS
+
+    broken = nb04("broken_copy")("../data/plamo2/untied.safetensors", str(tmp_path / "b.st"))
+    report = nb04("inspect")(broken, "plamo2")
+    fates = debug.key_fates(report)
+    assert fates["model.layers.layers.0.post_ffn_norm.weight"] == "unexpected"
+    assert fates["model.norm.weight"] == "shape mismatch"
+    assert fates["lm_head.weight"] == "loaded"
+    fig = debug.treemap_figure(report)
+    assert _colour_of(fig, "model.norm.weight") == (
+        FATE_COLOURS["shape mismatch"],
+        "shape mismatch",
     )
-    assert not os.path.isabs(broken)
-    report = debug.inspect(broken, "plamo2")
+    assert _colour_of(fig, "lm_head.weight") == (FATE_COLOURS["loaded"], "")  # not red
+    # the model tensors no key filled are boxes too, under a branch of their own
+    missing = _colour_of(fig, "model.layers.layers.1.mlp.down_proj.weight")
+    assert missing == (FATE_COLOURS["missing"], "missing")
+    (trace,) = fig.data
+    branch = trace.ids.index(
+        "(checkpoint and missing tensors)/(missing: model tensors no key filled)"
+    )
+    assert trace.values[branch] == 3
+    # only problem fates get warning colours, and the legend names each colour shown
+    quiet = {FATE_COLOURS[f] for f in FATE_COLOURS if f not in PROBLEMS}
+    assert not quiet & {FATE_COLOURS[p] for p in PROBLEMS}
+    legend = fig.layout.annotations[0].text
+    for fate, n in {"loaded": 26, "unexpected": 2, "shape mismatch": 1, "missing": 3}.items():
+        assert f'<span style="color:{FATE_COLOURS[fate]}">\u25a0</span> {n} {fate}' in legend
+    # every box has its colour given: plotly's default colour sequence is never reached
+    assert len(trace.marker.colors) == len(trace.ids) and all(trace.marker.colors)
+
+
+def test_broken_copy_is_found_out_and_its_fix_is_proven_by_pasting(in_notebooks, tmp_path):
+    broken = nb04("broken_copy")("../data/plamo2/untied.safetensors", str(tmp_path / "b.st"))
+    report = nb04("inspect")(broken, "plamo2")
     load = report.load
-    assert [u.name for u in load.unexpected] == ["model.norm_f.weight"]
-    missing = {m.name: m.suggestions for m in load.missing}
-    assert missing == {
-        "model.norm.weight": ["model.norm_f.weight"],
-        "model.layers.layers.1.mlp.down_proj.weight": [],
-    }
-    assert [s.name for s in load.shape_mismatches] == [
-        "model.layers.layers.0.pre_mixer_norm.weight"
+    assert [u.name for u in load.unexpected] == [
+        "model.layers.layers.0.post_ffn_norm.weight",
+        "model.layers.layers.1.post_ffn_norm.weight",
+    ]
+    assert [s.name for s in load.shape_mismatches] == ["model.norm.weight"]
+    fix = debug.fix_text(report)
+    rules = {"orig_to_new_substr": {".post_ffn_norm.": ".post_mlp_norm."}}
+    assert f"--mapper '{json.dumps(rules)}'" in fix
+    assert f"mapper box (notebook): {json.dumps(rules)}" in fix
+    pasted = nb04("inspect")(broken, "plamo2", json.dumps(rules))  # the fix, as pasted
+    assert pasted.load.unexpected == [] and pasted.load.problems() == [
+        "1 shape mismatch",
+        "1 model tensor never filled",
     ]
     tables = debug.mismatch_tables(report)
-    assert "model tensors never filled (2)" in tables and "(exit 1)" in tables
+    assert "missing: model tensors never filled (3)" in tables and "(exit 1)" in tables
 
 
-def test_debug_panel_follows_its_widgets(in_notebooks):
+def test_index_problems_are_shown_and_their_keys_outlined(in_notebooks, tmp_path):
+    from loadkit.demo.fates import INDEX_OUTLINE
+
+    folder = nb04("with_index_mistakes")("../data/plamo2/tied-with-lm-head", tmp_path / "ix")
+    report = nb04("inspect")(str(folder), "plamo2")
+    assert report.clean and len(report.checkpoint.inconsistent) == 2
+    text = debug.index_text(report)
+    assert text.startswith("index problems (2): loads; the index is inconsistent")
+    assert "wrong shard: 'model.norm.weight'" in text and "not in index: 'lm_head.weight'" in text
+    fig = debug.treemap_figure(report)
+    (trace,) = fig.data
+    lines = zip(trace.customdata, trace.marker.line.color, strict=True)
+    outlined = [c[2] for c, o in lines if o != "white"]
+    assert sorted(outlined) == ["lm_head.weight", "model.norm.weight"]
+    assert set(trace.marker.line.color) == {"white", INDEX_OUTLINE}
+    assert "outlined: 2 keys an index problem names" in debug.treemap_data(fig)
+
+
+def test_debug_panel_follows_its_widgets(in_notebooks, tmp_path):
     path, model = debug.default_checkpoint()
-    panel = debug.DebugPanel(path, model)
+    calls = []
+
+    def inspect(*args):  # the notebook's function, counted: the panel calls it on each change
+        calls.append(args)
+        return nb04("inspect")(*args)
+
+    panel = debug.DebugPanel(inspect, path, model)
+    assert calls == [(path, model, "")]
     assert panel.report.clean and "old    no hit" in panel.summary()
+    assert panel.paste_fix.disabled
     panel.path.value = "../data/nowhere.safetensors"
     assert panel.summary().startswith("error: ../data/nowhere.safetensors: no such file")
     assert "no such file" in panel.output.value
-    panel.path.value = "../data/plamo2/untied.safetensors"
+    # the previous checkpoint's picture is gone: the chart says what went wrong instead
+    assert panel.figure.data == () and panel.chart.spec["data"] == []
+    assert "no such file" in panel.figure.layout.annotations[0].text
+    broken = nb04("broken_copy")("../data/plamo2/untied.safetensors", str(tmp_path / "b.st"))
     panel.model.value = "plamo2"
+    panel.path.value = broken
     assert panel.error is None and panel.report.model.cls == "Plamo2ForCausalLM"
-    assert "untied.safetensors" in panel.figure.layout.title.text
+    assert "b.st" in panel.figure.layout.title.text and not panel.paste_fix.disabled
+    panel.paste_fix.click()
+    assert panel.mapper.value == '{"orig_to_new_substr": {".post_ffn_norm.": ".post_mlp_norm."}}'
+    assert calls[-1] == (broken, "plamo2", panel.mapper.value)
+    assert panel.report.load.unexpected == [] and panel.paste_fix.disabled
     panel.mapper.value = json.dumps({"orig_to_new_prefix": {"model.": "x."}})
     assert panel.report.clean is False
     panel.mapper.value = "{broken"
-    assert "not valid JSON" in panel.summary()
+    assert "not valid JSON" in panel.summary() and panel.figure.data == ()
 
 
 def test_tour_steps(in_notebooks, tmp_path):
@@ -154,9 +234,12 @@ def test_notebook_parameters(in_notebooks, tmp_path):
 
 
 def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
-    folder = debug.tiny_hf_checkpoint(tmp_path / "gpt2", "gpt2")
-    assert not os.path.isabs(folder) and debug.model_for(folder) == "hf"
-    panel = debug.DebugPanel(folder, debug.HEADER_ONLY)
+    gpt2 = {"n_embd": 16, "n_layer": 2, "n_head": 2, "vocab_size": 64, "n_positions": 32}
+    folder = nb04("tiny_hf_checkpoint")(
+        str(tmp_path / "gpt2"), "GPT2LMHeadModel", "GPT2Config", **gpt2, bos_token_id=0
+    )
+    assert debug.model_for(folder) == "hf"
+    panel = debug.DebugPanel(nb04("inspect"), folder, debug.HEADER_ONLY)
     assert panel.report.model is None
     panel.model.value = "hf"  # typed, not picked: the field takes any spec
     assert panel.error is None and panel.report.model.cls == "TransformersForCausalLM"

@@ -130,7 +130,8 @@ class InspectOptions:
     pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks;
     ``strict_index``: an inconsistent index fails the report too; ``timeout``: seconds each
     request to a remote checkpoint may take; ``loader``: whose verdict decides ``clean``
-    (``"vllm"``, ``"transformers"`` or ``"all"``).
+    (``"vllm"``, ``"transformers"`` or ``"all"``); ``progress``: a progress bar on stderr once
+    the inspect has run 2 seconds (``loadkit.inspection.progress``).
 
     Example:
         >>> options = InspectOptions("ck.safetensors", model="plamo2", tp=2)
@@ -151,3 +152,4 @@ class InspectOptions:
     strict_index: bool = False
     timeout: float | None = None
     loader: str = "all"
+    progress: bool = False

@@ -417,11 +417,12 @@ def test_the_inspector_reads_as_its_pipeline():
     tree = ast.parse(MODULES["loadkit.inspection.inspector"].read_text())
     functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     pipeline = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "inspect")
-    called = [
-        n.func.id
+    calls = [
+        n
         for n in ast.walk(pipeline)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions
     ]
+    called = [n.func.id for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset))]
     steps = functions[functions.index("inspect") + 1 :]
     assert called == steps, (called, steps)
     assert "read_checkpoint" in steps and "plan_tensor_parallel" in steps

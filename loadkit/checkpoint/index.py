@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -123,10 +124,14 @@ def _one_per_file(p: Path, names: list[str]) -> dict[str, str]:
     return out
 
 
-def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[IndexProblem]]:
+def open_lenient(
+    folder: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
+) -> tuple[Checkpoint, list[IndexProblem]]:
     """Open a folder of shards (with or without an index), collecting every problem.
 
     Returns the checkpoint as a loader following the index would read it, and the problems.
+    ``progress``, if given, is called with (shards read, shards in all) before each shard
+    and at the end.
 
     Example:
         >>> ck, problems = open_lenient("data/plamo2/tied-with-lm-head")
@@ -147,7 +152,10 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
     problems: list[IndexProblem] = []
     headers: dict[str, dict[str, TensorInfo]] = {}
     metadata: dict[str, str | None] = {}
-    for shard in [*indexed, *others]:
+    shards = [*indexed, *others]
+    for done, shard in enumerate(shards):
+        if progress is not None:
+            progress(done, len(shards))
         path = p / shard
         if not os.path.lexists(path):
             continue  # a missing shard: reported with its keys below
@@ -162,6 +170,8 @@ def open_lenient(folder: str | os.PathLike[str]) -> tuple[Checkpoint, list[Index
             problems.append(
                 IndexProblem("unreadable shard", None, f"{exc}{what}", (shard,), severity, shard)
             )
+    if progress is not None:
+        progress(len(shards), len(shards))
     readable = [s for s in indexed if s in headers]
     if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
         what = "no shard the index names" if has_index else "no *.safetensors file in it"

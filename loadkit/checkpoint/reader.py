@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -217,7 +217,9 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
     return tensor
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+def open_checkpoint(
+    path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
+) -> Checkpoint:
     """Open a ``.safetensors`` file or a folder of shards (with or without an index).
 
     Only the headers are read, as strictly as the safetensors library reads them, and checked
@@ -227,6 +229,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     Args:
         path: a ``.safetensors`` file, a folder of ``*.safetensors`` shards, or a folder with
             ``model.safetensors.index.json``.
+        progress: called with (shards read, shards in all) before each shard and at the end.
 
     Returns:
         A ``Checkpoint``: ``.tensors`` (name -> ``TensorInfo``) and ``.weights()``. Bad input
@@ -241,7 +244,9 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     shards = shard_files(path)
     tensors: dict[str, TensorInfo] = {}
     metadata: dict[str, str | None] = {}
-    for file in shards.files:
+    for done, file in enumerate(shards.files):
+        if progress is not None:
+            progress(done, len(shards.files))
         infos, meta = read_safetensors_header(file)
         metadata[file] = meta
         for name, info in infos.items():
@@ -253,6 +258,8 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                     name,
                 )
             tensors[name] = info
+    if progress is not None:
+        progress(len(shards.files), len(shards.files))
     if shards.weight_map is not None:
         for key, file in shards.weight_map.items():
             held = tensors.get(key)

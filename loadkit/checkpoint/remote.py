@@ -347,12 +347,18 @@ def _shard_urls(client: _Client, url: str) -> tuple[list[str], dict[str, str]]:
     return files, resolved
 
 
-def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoint:
+def open_remote(
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Callable[[int, int], None] | None = None,
+) -> RemoteCheckpoint:
     """Open a remote ``.safetensors`` file or ``model.safetensors.index.json`` header-only.
 
     Args:
         url: an ``http://`` or ``https://`` URL.
         timeout: seconds each request may take, from connecting to its last byte.
+        progress: called with (shards read, shards in all) before each shard and at the end.
 
     Returns:
         A ``RemoteCheckpoint``: ``tensors`` as ``open_checkpoint`` gives them (``file`` is the
@@ -373,7 +379,9 @@ def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoi
         files, weight_map = _shard_urls(client, url)
     tensors: dict[str, TensorInfo] = {}
     metadata: dict[str, str | None] = {}
-    for file in files:
+    for done, file in enumerate(files):
+        if progress is not None:
+            progress(done, len(files))
         infos, metadata[file] = _read_header(client, file)
         for name, info in infos.items():
             if name in tensors:
@@ -384,6 +392,8 @@ def open_remote(url: str, *, timeout: float = DEFAULT_TIMEOUT) -> RemoteCheckpoi
                     name,
                 )
             tensors[name] = info
+    if progress is not None:
+        progress(len(files), len(files))
     for key, file in (weight_map or {}).items():
         held = tensors.get(key)
         if held is None or held.file != file:

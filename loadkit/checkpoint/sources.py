@@ -15,6 +15,7 @@ a file strictly.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from loadkit.checkpoint.index import IndexProblem, open_lenient
@@ -55,17 +56,21 @@ class Source(NamedTuple):
         }
 
 
-def _open_path(path: str) -> tuple[Checkpoint, list[IndexProblem]]:
+def _open_path(
+    path: str, progress: Callable[[int, int], None] | None
+) -> tuple[Checkpoint, list[IndexProblem]]:
     if os.path.isdir(path):  # every index problem collected; the rest still read
-        return open_lenient(path)
-    return open_checkpoint(path), []
+        return open_lenient(path, progress=progress)
+    return open_checkpoint(path, progress=progress), []
 
 
-def _open_snapshot(name: str, snapshot: Snapshot) -> tuple[Checkpoint, list[IndexProblem]]:
+def _open_snapshot(
+    name: str, snapshot: Snapshot, progress: Callable[[int, int], None] | None
+) -> tuple[Checkpoint, list[IndexProblem]]:
     """The snapshot's checkpoint; each weight file the hub lists and the cache lacks is a
     ``not downloaded`` problem (a loader reading the snapshot would lack it too)."""
     try:
-        ck, problems = _open_path(snapshot.folder)
+        ck, problems = _open_path(snapshot.folder, progress)
     except CheckpointError as exc:
         if not snapshot.lacks:
             raise
@@ -89,6 +94,7 @@ def open_source(
     *,
     timeout: float | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Checkpoint, list[IndexProblem], Source]:
     """Open what ``name`` names: ``(checkpoint, index problems, source)``.
 
@@ -108,27 +114,28 @@ def open_source(
     text = os.fspath(name)
     if os.path.lexists(text):
         if not os.path.isdir(os.path.join(text, "snapshots")):  # not a cache's repo folder
-            ck, problems = _open_path(text)
+            ck, problems = _open_path(text, progress)
             return ck, problems, Source("path", text)
         from loadkit.checkpoint.hub import repo_folder, resolve_snapshot
 
         found = repo_folder(text)
         if found is None:
-            ck, problems = _open_path(text)
+            ck, problems = _open_path(text, progress)
             return ck, problems, Source("path", text)
         snapshot = resolve_snapshot(found[0], cache_dir=found[1])
     elif is_url(text):
         from loadkit.checkpoint.remote import DEFAULT_TIMEOUT, open_remote
 
-        remote = open_remote(text, timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
+        wait = DEFAULT_TIMEOUT if timeout is None else timeout
+        remote = open_remote(text, timeout=wait, progress=progress)
         return remote, [], Source("url", text, fetched=remote.fetched)
     else:
         from loadkit.checkpoint.hub import parse_repo_id, resolve_snapshot
 
         parsed = parse_repo_id(text)
         if parsed is None:
-            ck, problems = _open_path(text)  # raises: no such file or folder
+            ck, problems = _open_path(text, progress)  # raises: no such file or folder
             return ck, problems, Source("path", text)
         snapshot = resolve_snapshot(*parsed, cache_dir=cache_dir)
-    ck, problems = _open_snapshot(text, snapshot)
+    ck, problems = _open_snapshot(text, snapshot, progress)
     return ck, problems, Source("hub", text, snapshot=snapshot)

@@ -5,8 +5,9 @@ Exit status: 0 the checkpoint would load cleanly (without ``--model``: its heade
 this input (a clear one-line message on stderr;
 with ``--json`` also a JSON ``{"error": ..., "exit_status": 2}`` on stdout), 3 an unexpected
 internal error (one line; the traceback only with ``--debug``). Without ``--model`` torch is
-never imported. Names and paths are printed escaped: a control character in a tensor name never
-reaches the terminal raw.
+never imported. An inspect that runs over 2 seconds shows a progress bar on stderr when stderr
+is a terminal (not with ``--json``). Names and paths are printed escaped: a control character
+in a tensor name never reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.inspection.arguments import InspectCommand, parse_command
@@ -35,8 +37,12 @@ def _fail(message: str, status: int, as_json: bool) -> int:
 
 
 def inspect_command(command: InspectCommand) -> int:
-    """Inspect as ``command`` says, print the report; returns the exit status."""
+    """Inspect as ``command`` says, print the report; returns the exit status. A progress bar
+    shows on stderr for a long inspect, only where stderr is a terminal and never with
+    ``--json`` (a log or a pipe would keep every frame of it)."""
     options = command.options
+    if not command.json and sys.stderr is not None and sys.stderr.isatty():
+        options = replace(options, progress=True)
     if options.model is None and (
         options.model_args or options.rules != LoadRules() or options.probe
     ):

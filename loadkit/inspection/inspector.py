@@ -36,6 +36,7 @@ from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError
 from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
+from loadkit.inspection.progress import Progress
 from loadkit.inspection.report import InspectReport
 from loadkit.inspection.summary import CheckpointSummary, MapperReport, summarize_checkpoint
 
@@ -67,6 +68,7 @@ def inspect_checkpoint(
     strict_index: bool = False,
     timeout: float | None = None,
     loader: str = "all",
+    progress: bool = False,
 ) -> InspectReport:
     """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
 
@@ -96,6 +98,8 @@ def inspect_checkpoint(
         loader: whose verdict decides ``clean``: ``"vllm"``, ``"transformers"`` (a model built
             from a transformers class, ``--model hf``: ``PreTrainedModel.from_pretrained``,
             simulated header-only) or ``"all"`` (every loader the model has).
+        progress: show a progress bar on stderr (tqdm) once the inspect has run 2 seconds
+            (``LOADKIT_PROGRESS_DELAY`` seconds when set): shards read, names loaded.
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -122,6 +126,7 @@ def inspect_checkpoint(
         strict_index=strict_index,
         timeout=timeout,
         loader=loader,
+        progress=progress,
     )
     return inspect(options)
 
@@ -134,19 +139,20 @@ def inspect(options: InspectOptions) -> InspectReport:
         True
     """
     check_patterns(options.rules)
-    read = read_checkpoint(options.checkpoint, options.timeout)
-    names = map_names(options, read)
-    if options.model is None:
-        if options.tp is not None:
-            raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
-        return InspectReport(read.summary, names.report, strict_index=options.strict_index)
-    built = build(options, read, names)
-    probe = probe_prefixes(options, read, built)
-    loaded = load(options, read, built, names)
-    mapper = trace_mapper(options, read, built, loaded, names)
-    fix = suggest_fixes(options, read, built, loaded, names)
-    verdicts = judge_loaders(options, read, built, loaded)
-    plan = plan_tensor_parallel(options, read)
+    with Progress(options.progress) as progress:
+        read = read_checkpoint(options.checkpoint, options.timeout, progress)
+        names = map_names(options, read)
+        if options.model is None:
+            if options.tp is not None:
+                raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
+            return InspectReport(read.summary, names.report, strict_index=options.strict_index)
+        built = build(options, read, names)
+        probe = probe_prefixes(options, read, built)
+        loaded = load(options, read, built, names, progress)
+        mapper = trace_mapper(options, read, built, loaded, names)
+        fix = suggest_fixes(options, read, built, loaded, names, progress)
+        verdicts = judge_loaders(options, read, built, loaded)
+        plan = plan_tensor_parallel(options, read)
     report = InspectReport(
         read.summary,
         mapper,
@@ -229,16 +235,19 @@ def check_patterns(rules: LoadRules) -> None:
 
 
 def read_checkpoint(
-    checkpoint: str | os.PathLike[str] | Checkpoint, timeout: float | None = None
+    checkpoint: str | os.PathLike[str] | Checkpoint,
+    timeout: float | None = None,
+    progress: Progress | None = None,
 ) -> CheckpointRead:
     """Open ``checkpoint``'s headers: a path (a folder: every index problem collected, the rest
-    read), a repo id or a URL (``timeout``: seconds per request)."""
+    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards."""
     problems: list[IndexProblem] = []
     named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
         ck = checkpoint
     else:
-        ck, problems, named = open_source(checkpoint, timeout=timeout)
+        count = progress.stage("reading headers", "shard") if progress else None
+        ck, problems, named = open_source(checkpoint, timeout=timeout, progress=count)
     return CheckpointRead(ck, summarize_checkpoint(ck, problems, named))
 
 
@@ -290,7 +299,11 @@ def probe_prefixes(
 
 
 def load(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel, names: NameMapping
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    names: NameMapping,
+    progress: Progress,
 ) -> DryLoad:
     """The load simulated on ``meta`` with the model's own loader and the user's rules."""
     from loadkit.inspection.simulate import dry_load
@@ -303,6 +316,7 @@ def load(
         replace_mapper=replace,
         extend=None if replace else names.mapper,
         rules=options.rules,
+        progress=progress.stage("dry load", "name"),
     )
     if options.rules.for_loader and not loaded.autoloader:
         loaded.report.notes.append(
@@ -353,6 +367,7 @@ def suggest_fixes(
     built: BuiltModel,
     loaded: DryLoad,
     names: NameMapping,
+    progress: Progress,
 ) -> SuggestedFix | None:
     """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
     if not options.suggest or loaded.report.clean or not loaded.autoloader:
@@ -362,7 +377,12 @@ def suggest_fixes(
 
     def retry(with_mapper: WeightsMapper) -> Any:
         return dry_load(
-            built.module, read.infos, mapper=with_mapper, replace_mapper=True, rules=options.rules
+            built.module,
+            read.infos,
+            mapper=with_mapper,
+            replace_mapper=True,
+            rules=options.rules,
+            progress=progress.stage("dry load, proving a fix", "name"),
         ).report
 
     replace = names.mapper is not None and options.replace_mapper

@@ -24,6 +24,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.options import LoadRules
+from loadkit.inspection.progress import Count
 from loadkit.inspection.records import LoadReport
 from loadkit.inspection.simulate.outcome import assemble, model_summary
 from loadkit.inspection.simulate.run import simulate
@@ -48,6 +49,7 @@ def dry_load(
     replace_mapper: bool = False,
     extend: WeightsMapper | None = None,
     rules: LoadRules | None = None,
+    progress: Count | None = None,
 ) -> DryLoad:
     """Simulate loading ``infos`` into ``model`` (on ``meta``) and account for both sides.
 
@@ -58,6 +60,7 @@ def dry_load(
             ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
         extend: rules the root ``AutoWeightsLoader`` applies after its own, stage by stage.
         rules: rules added to the root loader's, and rules for the verdict.
+        progress: called with (names fed, names in all) as each pass feeds the model.
 
     Returns:
         The load report, the mapper the root ``AutoWeightsLoader`` used, and whether there was
@@ -82,6 +85,7 @@ def dry_load(
         rules=rules,
         tensors=tensors,
         extend=extend,
+        progress=progress,
     )
     used = sim.observer.root_mapper()
     ran = bool(sim.observer.used)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from loadkit.checkpoint.reader import TensorInfo
+from loadkit.inspection.progress import Count
 from loadkit.inspection.simulate.weights import meta_weight
 from loadkit.loading.counting import EagerDispatchMode
 from loadkit.loading.weight_loaders import default_weight_loader
@@ -50,16 +51,23 @@ class Pass:
     exhausted: bool = False  # every weight was read
 
     def stream(
-        self, infos: Sequence[TensorInfo], excluded: dict[str, Any]
+        self, infos: Sequence[TensorInfo], excluded: dict[str, Any], progress: Count | None = None
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """The checkpoint from ``start`` on, as meta tensors, leaving ``excluded`` keys out."""
-        for info in infos[self.start :]:
+        """The checkpoint from ``start`` on, as meta tensors, leaving ``excluded`` keys out;
+        ``progress`` is called with (names passed, names in all) before each name and at the
+        end."""
+        total = len(infos)
+        for done, info in enumerate(infos[self.start :], self.start):
+            if progress is not None:
+                progress(done, total)
             if info.name in excluded:
                 continue
             self.current = info.name
             self.pulled.append(info.name)
             yield info.name, meta_weight(info)
         self.exhausted = True
+        if progress is not None:
+            progress(total, total)
 
 
 class Recorder:

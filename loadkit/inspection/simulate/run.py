@@ -20,6 +20,7 @@ from torch import nn
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
 from loadkit.inspection.options import LoadRules
+from loadkit.inspection.progress import Count
 from loadkit.inspection.records import KeyOutcome, Unexpected
 from loadkit.inspection.simulate.observer import DryLoadObserver
 from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
@@ -113,9 +114,11 @@ def simulate(
     rules: LoadRules,
     extend: WeightsMapper | None = None,
     tensors: dict[str, torch.Tensor],
+    progress: Count | None = None,
 ) -> Simulation:
     """Run ``model``'s loader over ``infos`` (meta tensors) until one full pass gets through.
-    ``tensors``: the model's, by name (``loadkit.loading.tensors.loadable_tensors``)."""
+    ``tensors``: the model's, by name (``loadkit.loading.tensors.loadable_tensors``);
+    ``progress``: called with (names fed, names in all) as each pass goes."""
     recorder = Recorder()
     paths = {id(m): name for name, m in model.named_modules()}
     replace = mapper if replace_mapper else None
@@ -128,9 +131,8 @@ def simulate(
         for runs in range(1, MAX_RUNS + 2):
             now = recorder.now = Pass(start=start)
             observer = DryLoadObserver(model, recorder, replace, rules, paths, extend)
-            error = _load_once(
-                model, now.stream(infos, passes.out.excluded), watcher, observer, mapper
-            )
+            stream = now.stream(infos, passes.out.excluded, progress)
+            error = _load_once(model, stream, watcher, observer, mapper)
             next_start = passes.after(error, now, runs, observer.root_mapper() or mapper)
             if next_start is None:
                 break

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
+from loadkit.fmt import plural
 
 if TYPE_CHECKING:
     from loadkit.inspection.records import LoadReport
@@ -58,7 +59,7 @@ def _names(kind: str, names: list[str]) -> str:
 
 def _index_problems(checkpoint: CheckpointSummary) -> list[str]:
     n = len(checkpoint.failing)
-    return [f"{n} index problem{'s' if n != 1 else ''}"] if n else []
+    return [plural(n, "index problem")] if n else []
 
 
 def vllm_verdict(load: LoadReport, checkpoint: CheckpointSummary) -> LoaderVerdict:

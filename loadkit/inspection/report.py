@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loadkit.fmt import plural
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary, MapperReport
@@ -105,10 +106,14 @@ class InspectReport:
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
-            out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
+            out.append(
+                f"{plural(n, 'index problem')} that {'stops' if n == 1 else 'stop'} the load"
+            )
         if self.strict_index and self.checkpoint.inconsistent:
             n = len(self.checkpoint.inconsistent)
-            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
+            out.append(
+                f"{plural(n, 'index inconsistency', 'index inconsistencies')} (--strict-index)"
+            )
         if self.load is not None and "vllm" in self.selected_loaders:
             out += self.load.problems()
         if self.from_pretrained is not None and "transformers" in self.selected_loaders:

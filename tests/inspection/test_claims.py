@@ -72,7 +72,8 @@ def test_limit_0_lists_no_rows_but_every_count(tmp_path, loadkit_cli):
     model = tmp_path / "lin.py"
     model.write_text("from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n")
     out = loadkit_cli("inspect", f, "--model", f"{model}:build", "--limit", "0").stdout
-    assert "  unexpected names (2)\n    ... 2 more (--json lists them all)" in out
+    assert "  unexpected names (2)\n    2 rows, none shown (--json lists them all)" in out
+    assert "more" not in out  # nothing was shown, so nothing is "more"
     assert "a.weight" not in out.split("unexpected names")[1].split("missing")[0]
 
 

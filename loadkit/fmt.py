@@ -6,6 +6,7 @@ Torch-free and import-light: the header-only inspector renders with it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
@@ -113,6 +114,7 @@ def wrap(text: str, width: int = WIDTH, *, hang: int | None = None) -> str:
     it goes ``hang`` (default 4) columns right of the line's indent. A tree line's ``├──``
     continues as ``│``. Words longer than the width (a long key, a rule of dashes) are never
     split, so a name stays whole and copyable, and such a line can stay wider than ``width``.
+    A count stays with the word after it (``9 missing``, never ``9`` at a line's end).
 
     >>> print(wrap("key: " + "word " * 5, width=16))
     key: word word
@@ -122,6 +124,10 @@ def wrap(text: str, width: int = WIDTH, *, hang: int | None = None) -> str:
     ├── a b
     │     c
     │     d
+    >>> print(wrap("lost: a; 9 missing: b", width=12))
+    lost: a;
+          9 missing:
+          b
     """
     out = []
     for line in text.expandtabs().split("\n"):
@@ -147,14 +153,22 @@ def _second_word(line: str, lead: int) -> int | None:
     return start if start < len(line) else None
 
 
+# A number standing alone, and the space after it: a count and its noun fold as one word.
+_COUNT = re.compile(r"(?<!\S)(\d+) (?=\S)")
+_GLUE = "\x00"  # holds a count to its noun while folding (printed text never holds it)
+
+
 def _fold(line: str, width: int, first: str, indent: str) -> list[str]:
     import textwrap  # here: the header-only inspector imports this module and rarely folds
 
-    return textwrap.wrap(
-        line[len(first) :],
+    glue = _GLUE not in line
+    body = _COUNT.sub(r"\1" + _GLUE, line[len(first) :]) if glue else line[len(first) :]
+    folded = textwrap.wrap(
+        body,
         width=width,
         initial_indent=first,
         subsequent_indent=indent,
         break_long_words=False,
         break_on_hyphens=False,
     )
+    return [part.replace(_GLUE, " ") for part in folded] if glue else folded

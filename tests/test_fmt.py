@@ -11,7 +11,7 @@ from loadkit.checkpoint.dtypes import (
     torch_names,
 )
 from loadkit.errors import LoadkitError
-from loadkit.fmt import format_bytes, plural, table
+from loadkit.fmt import format_bytes, plural, table, wrap
 
 
 def test_format_bytes_three_significant_figures_in_binary_units():
@@ -78,3 +78,18 @@ def test_one_dtype_table_agrees_with_torch():
 def test_plural_is_singular_only_for_one():
     assert [plural(n, "key") for n in (0, 1, 2)] == ["0 keys", "1 key", "2 keys"]
     assert plural(1, "pass", "passes") == "1 pass" and plural(3, "pass", "passes") == "3 passes"
+
+
+def test_wrap_keeps_a_count_with_its_noun():
+    # the verdict of a GPT-2 whose c_fc is transposed folded between "1" and "mismatched"
+    line = (
+        "vllm: would NOT load (2 missing: model.h.0.attn.c_attn.bias, model.h.1.attn.c_attn.bias;"
+        " 1 mismatched: model.h.0.mlp.c_fc.weight)"
+    )
+    assert wrap(line).splitlines() == [
+        "vllm: would NOT load (2 missing: model.h.0.attn.c_attn.bias, model.h.1.attn.c_attn.bias;",
+        "        1 mismatched: model.h.0.mlp.c_fc.weight)",
+    ]
+    assert wrap("x 9 missing y", width=5).splitlines() == ["x", "    9 missing", "    y"]
+    # only a number standing alone is a count: a shape still folds inside
+    assert wrap("shape [32, 128] ok", width=11).splitlines() == ["shape [32,", "    128] ok"]

@@ -170,6 +170,14 @@ class LoadReport:
         """Missing tensors that no ``allow_missing`` pattern allows."""
         return [m for m in self.missing if m.allowed is None]
 
+    def failed_tensors(self) -> tuple[int, int]:
+        """Model tensors neither filled nor missing, because loading a key into them raised:
+        ``(shape mismatch, other load error)``. With ``filled`` and ``missing`` they add up to
+        ``model_tensors``."""
+        failed = self.model_tensors - self.filled - len(self.missing)
+        mismatched = min(failed, len({s.param for s in self.shape_mismatches if s.param}))
+        return mismatched, failed - mismatched
+
     @property
     def failing_casts(self) -> list[DtypeCast]:
         """Casts that fail the load: incompatible ones, or all with ``strict_dtype``."""
@@ -239,6 +247,8 @@ class LoadReport:
                     "filled": self.filled,
                     "missing": len(self.missing),
                     "missing_allowed": len(self.missing) - len(self.failing_missing),
+                    "mismatched": self.failed_tensors()[0],
+                    "load_error": self.failed_tensors()[1],
                 },
             },
             "keys": [_drop_none(vars(k)) for k in self.keys],

@@ -6,6 +6,7 @@ Torch-free, like the report itself.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.checkpoint.dtypes import DTYPES
@@ -315,13 +316,16 @@ def _load(
     c = load.counts()
     passes = plural(load.runs, "pass", "passes")
     allowed = len(load.missing) - len(load.failing_missing)
+    mismatched, errored = load.failed_tensors()
     lines = [
         f"load  ({loader}simulated on the meta device, {passes})",
         f"  checkpoint {plural(len(load.keys), 'key')}: "
         + ", ".join(f"{n} {s}" for s, n in c.items() if n),
         f"  model {plural(load.model_tensors, 'tensor')}: {load.filled} filled, "
         f"{len(load.missing)} missing"
-        + (f" ({allowed} allowed by --allow-missing)" if allowed else ""),
+        + (f" ({allowed} allowed by --allow-missing)" if allowed else "")
+        + (f", {mismatched} mismatched" if mismatched else "")
+        + (f", {plural(errored, 'load error')}" if errored else ""),
     ]
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
@@ -386,11 +390,18 @@ def _missing_rows(missing: list[Missing]) -> list[str]:
     ]
 
 
+def _shapes(checkpoint: Sequence[int], model: Sequence[int] | None) -> str:
+    """A shape mismatch in one order everywhere, the checkpoint's first (as the file reads):
+    ``checkpoint [128, 32], model [32, 128] (transposed?)``."""
+    shown = f"checkpoint {list(checkpoint)}, model {list(model) if model is not None else '?'}"
+    flipped = model is not None and len(model) == 2 and tuple(checkpoint) == tuple(model)[::-1]
+    return shown + (" (transposed?)" if flipped else "")
+
+
 def _mismatch_rows(load: LoadReport) -> list[str]:
     return [
-        f"    {printable(s.name)} -> {printable(str(s.param))}: parameter "
-        f"{list(s.param_shape) if s.param_shape is not None else '?'}, "
-        f"checkpoint {list(s.weight_shape)}"
+        f"    {printable(s.name)} -> {printable(str(s.param))}: "
+        f"{_shapes(s.weight_shape, s.param_shape)}"
         for s in load.shape_mismatches
     ]
 
@@ -454,8 +465,7 @@ def _transformers(fp: FromPretrained, limit: int) -> list[str]:
         + ((raises if fp.mismatched else "") or ("" if fp.mismatched else ": none"))
     )
     rows = [
-        f"    {printable(m.name)}  checkpoint {list(m.checkpoint_shape)}, model "
-        f"{list(m.model_shape)}"
+        f"    {printable(m.name)}  {_shapes(m.checkpoint_shape, m.model_shape)}"
         for m in fp.mismatched
     ]
     lines += _capped(rows, len(rows), limit)

@@ -278,7 +278,7 @@ def test_shape_mismatches_are_all_collected(tmp_path):
     assert mm["layers.1.bias"].param == "layers.1.bias"
     assert r.load.missing == []  # a mismatched parameter is listed once, as a mismatch
     assert r.clean is False and r.load.runs == 1
-    assert "parameter [10, 4], checkpoint [11, 4]" in r.render()
+    assert "checkpoint [11, 4], model [10, 4]" in r.render()
 
 
 def test_dtype_casts_reported_and_incompatible_ones_fail(tmp_path):

@@ -215,7 +215,7 @@ def _detail(report: InspectReport) -> dict[str, str]:
     for u in report.load.unexpected:
         out[u.name] = "nearest model name " + (u.suggestions[0] if u.suggestions else "-")
     for s in report.load.shape_mismatches:
-        out[s.name] = f"parameter {list(s.param_shape or ())}, checkpoint {list(s.weight_shape)}"
+        out[s.name] = f"checkpoint {list(s.weight_shape)}, model {list(s.param_shape or ())}"
     return out
 
 

@@ -1,0 +1,38 @@
+"""The report's words (issue 24): counts that add up, one order for shapes, hints where the layout
+has them, and sections that look alike."""
+
+from __future__ import annotations
+
+from hf_cases import ARCHS, m_transpose, read_tensors, write_variant
+
+from loadkit import inspect_checkpoint
+
+
+def _section(text: str, title: str) -> list[str]:
+    """The lines of the report section that starts with ``title``, up to the next blank line."""
+    return text.split(f"\n{title}")[1].split("\n\n")[0].splitlines()
+
+
+def test_a_transposed_gpt2_weight_is_counted_and_hinted(hf_clean, tmp_path):
+    clean = hf_clean("gpt2")
+    tensors = m_transpose(ARCHS["gpt2"], read_tensors(clean))
+    (key,) = [k for k, v in tensors.items() if v.shape != read_tensors(clean)[k].shape]
+    report = inspect_checkpoint(write_variant(clean, tensors, tmp_path / "t"), model="hf")
+    text = report.render()
+    load = report.load
+    assert load is not None
+    mismatched, errored = load.failed_tensors()
+    assert (mismatched, errored) == (1, 0)
+    # filled, missing and mismatched add up to the model's tensors: nothing counted nowhere
+    assert load.filled + len(load.missing) + mismatched == load.model_tensors
+    n, filled, missing = load.model_tensors, load.filled, len(load.missing)
+    assert f"  model {n} tensors: {filled} filled, {missing} missing, 1 mismatched" in text
+    shape = list(tensors[key].shape)
+    pair = f"checkpoint {shape}, model {shape[::-1]} (transposed?)"
+    # one order and one pair of words in both loaders' sections
+    vllm_rows = [r for r in _section(text, "load  (") if r.startswith(f"    {key} -> ")]
+    assert len(vllm_rows) == 1 and vllm_rows[0].endswith(f": {pair}")
+    assert f"    {key}  {pair}" in _section(text, "transformers  ")
+    assert "parameter [" not in text
+    counts = report.as_dict()["load"]["counts"]["model"]
+    assert (counts["mismatched"], counts["load_error"]) == (1, 0)

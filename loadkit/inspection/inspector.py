@@ -11,7 +11,8 @@ order this module defines them:
 4. ``load``: a simulated load (``loadkit.inspection.simulate``): every key's fate, missing and
    unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
    then traces the mapper the load used;
-5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load;
+5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
+   the rules considered and refused, and why);
    ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
    transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
 6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
@@ -43,7 +44,7 @@ from loadkit.inspection.summary import CheckpointSummary, MapperReport, summariz
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import ModelSummary
     from loadkit.inspection.simulate import DryLoad
@@ -150,7 +151,7 @@ def inspect(options: InspectOptions) -> InspectReport:
         probe = probe_prefixes(options, read, built)
         loaded = load(options, read, built, names, progress)
         mapper = trace_mapper(options, read, built, loaded, names)
-        fix = suggest_fixes(options, read, built, loaded, names, progress)
+        fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
         verdicts = judge_loaders(options, read, built, loaded)
         plan = plan_tensor_parallel(options, read)
     report = InspectReport(
@@ -165,6 +166,7 @@ def inspect(options: InspectOptions) -> InspectReport:
         verdicts.loaders,
         verdicts.selected,
         verdicts.from_pretrained,
+        not_offered,
     )
     announce_fix(options, report)
     return report
@@ -368,11 +370,12 @@ def suggest_fixes(
     loaded: DryLoad,
     names: NameMapping,
     progress: Progress,
-) -> SuggestedFix | None:
-    """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
+) -> tuple[SuggestedFix | None, NotOffered | None]:
+    """Rules that explain a systematic mismatch, offered only when a second dry load makes
+    things better (proven when it is clean); or the rules considered and refused, and why."""
     if not options.suggest or loaded.report.clean or not loaded.autoloader:
-        return None
-    from loadkit.inspection.fix import suggest_fix
+        return None, None
+    from loadkit.inspection.fix import NotOffered, suggest_fix
     from loadkit.inspection.simulate import dry_load
 
     def retry(with_mapper: WeightsMapper) -> Any:
@@ -386,7 +389,10 @@ def suggest_fixes(
         ).report
 
     replace = names.mapper is not None and options.replace_mapper
-    return suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
+    found = suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
+    if isinstance(found, NotOffered):
+        return None, found
+    return found, None
 
 
 def judge_loaders(

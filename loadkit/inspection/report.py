@@ -16,7 +16,7 @@ from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary, MapperReport
 
 if TYPE_CHECKING:
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
@@ -58,6 +58,9 @@ class InspectReport:
     loaders: dict[str, LoaderVerdict] | None = None
     selected_loaders: tuple[str, ...] = ("vllm",)
     from_pretrained: FromPretrained | None = None
+    # Rules the suggester considered and refused when it offers no fix (with a fix, its own
+    # ``rejected`` holds them).
+    not_offered: NotOffered | None = None
     _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, repr=False)
 
     def __repr__(self) -> str:
@@ -126,6 +129,7 @@ class InspectReport:
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "not_offered": self.not_offered.as_list() if self.not_offered else [],
             "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
             "selected_loaders": list(self.selected_loaders),
             "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,

@@ -201,10 +201,12 @@ def _add_output(inspect: argparse.ArgumentParser) -> None:
 def _add_rules(inspect: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The load rules, as the model's root ``AutoWeightsLoader`` applies them; their group."""
     rules = inspect.add_argument_group(
-        "rules", "as the model's root AutoWeightsLoader applies them; each repeatable"
+        "rules",
+        "as the model's root AutoWeightsLoader applies them; each repeatable, matching a\n"
+        "checkpoint name or a model name; a pattern that matches nothing is a warning",
     )
     for flag, dest, metavar, text in [
-        ("--skip-prefix", "skip_prefixes", "P", "skip names (after the mapper) starting with P"),
+        ("--skip-prefix", "skip_prefixes", "P", "skip keys whose name starts with P"),
         (
             "--ignore-unexpected-prefix",
             "ignore_unexpected_prefixes",

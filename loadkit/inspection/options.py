@@ -53,7 +53,8 @@ class LoadRules(NamedTuple):
     skip_prefixes: tuple[str, ...] = ()
     ignore_unexpected_prefixes: tuple[str, ...] = ()
     ignore_unexpected_suffixes: tuple[str, ...] = ()
-    allow_missing: tuple[str, ...] = ()  # shell-style patterns (fnmatch) over model tensor names
+    # shell-style patterns (fnmatch) over missing model tensors' names, either spelling
+    allow_missing: tuple[str, ...] = ()
     strict_dtype: bool = False  # any cast fails the load, not only incompatible ones
 
     @property
@@ -63,13 +64,46 @@ class LoadRules(NamedTuple):
             self.skip_prefixes or self.ignore_unexpected_prefixes or self.ignore_unexpected_suffixes
         )
 
-    def allowed(self, tensor: str) -> str | None:
-        """The first ``allow_missing`` pattern ``tensor`` matches, if any."""
+    def allowed(self, *names: str) -> str | None:
+        """The first ``allow_missing`` pattern one of ``names`` matches, if any: a model
+        tensor's own name, then the checkpoint names it would have been loaded from."""
         import fnmatch
 
         for pattern in self.allow_missing:
-            if fnmatch.fnmatchcase(tensor, pattern):
+            if any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 return pattern
+        return None
+
+    def skipped(self, key: str) -> str | None:
+        """The rule by which ``skip_prefixes`` skips checkpoint key ``key`` by its own name (the
+        root loader tests the name after the mapper itself), or ``None``.
+
+        >>> LoadRules(skip_prefixes=("bert.pooler.",)).skipped("bert.pooler.dense.bias")
+        "skip_prefixes 'bert.pooler.' (checkpoint name)"
+        """
+        for p in self.skip_prefixes:
+            if key.startswith(p):
+                return f"skip_prefixes {p!r} (checkpoint name)"
+        return None
+
+    def ignored(self, key: str, *mapped: str | None) -> str | None:
+        """The rule by which a key the model has no place for is ignored: its checkpoint name
+        ``key``, else a name it was ``mapped`` to, starts with an ``ignore_unexpected_prefixes``
+        prefix or ends with an ``ignore_unexpected_suffixes`` suffix; or ``None``.
+
+        >>> rules = LoadRules(ignore_unexpected_prefixes=("model.cls.",))
+        >>> rules.ignored("cls.extra.bias"), rules.ignored("cls.extra.bias", "model.cls.extra.bias")
+        (None, "ignore_unexpected_prefixes 'model.cls.' (name after the mapper)")
+        """
+        spellings = [(key, "checkpoint name")]
+        spellings += [(m, "name after the mapper") for m in dict.fromkeys(mapped) if m and m != key]
+        for name, spelling in spellings:
+            for p in self.ignore_unexpected_prefixes:
+                if name.startswith(p):
+                    return f"ignore_unexpected_prefixes {p!r} ({spelling})"
+            for s in self.ignore_unexpected_suffixes:
+                if name.endswith(s):
+                    return f"ignore_unexpected_suffixes {s!r} ({spelling})"
         return None
 
     def as_dict(self) -> dict[str, object]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from loadkit.inspection.options import LoadRules
 from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
@@ -113,6 +113,39 @@ class CastGroup:
         }
 
 
+class UnmatchedPattern(NamedTuple):
+    """A rule's pattern that matched no name it could apply to, in either spelling."""
+
+    option: str  # the command-line flag: --skip-prefix, --allow-missing...
+    rule: str  # the LoadRules field: skip_prefixes, allow_missing...
+    pattern: str
+
+    def message(self) -> str:
+        over = {
+            "skip_prefixes": "no checkpoint key (by its checkpoint name or its name after the "
+            "mapper): it skips nothing",
+            "ignore_unexpected_prefixes": _NO_PLACE,
+            "ignore_unexpected_suffixes": _NO_PLACE,
+            "allow_missing": "no missing model tensor (by its model name or the checkpoint name "
+            "it would be loaded from): it allows nothing",
+        }[self.rule]
+        return f"{self.option} {self.pattern!r} matched {over}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "option": self.option,
+            "rule": self.rule,
+            "pattern": self.pattern,
+            "message": self.message(),
+        }
+
+
+_NO_PLACE = (
+    "no key the model has no place for (by its checkpoint name or its name after the mapper): "
+    "it ignores nothing"
+)
+
+
 @dataclass
 class LoadReport:
     keys: list[KeyOutcome]
@@ -128,6 +161,8 @@ class LoadReport:
     failure: str | None = None  # the load raised with no key to blame (after the last weight)
     notes: list[str] = field(default_factory=list)  # searches that were shortened, and why
     rules: LoadRules = field(default_factory=LoadRules)  # --allow-missing, --strict-dtype, ...
+    # Patterns of ``rules`` that matched nothing, in either spelling: a warning, never a failure
+    unmatched_patterns: list[UnmatchedPattern] = field(default_factory=list)
 
     @property
     def failing_missing(self) -> list[Missing]:
@@ -227,6 +262,7 @@ class LoadReport:
             "failure": self.failure,
             "notes": self.notes,
             "rules": self.rules.as_dict(),
+            "unmatched_patterns": [u.as_dict() for u in self.unmatched_patterns],
         }
 
 

@@ -494,7 +494,14 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines += ["", *_transformers(r.from_pretrained, limit)]
     if r.tensor_parallel is not None:
         lines += ["", *(printable(line) for line in r.tensor_parallel.render(limit))]
-    return "\n".join([*lines, "", *_final_verdict(r, head)])
+    return "\n".join([*lines, "", *_warnings(r), *_final_verdict(r, head)])
+
+
+def _warnings(r: Report) -> list[str]:
+    """Patterns of the load rules that matched nothing: said last, by the verdict they leave
+    unchanged."""
+    unmatched = r.load.unmatched_patterns if r.load is not None else []
+    return [f"warning: {printable(u.message())}" for u in unmatched]
 
 
 def _layout(r: Report, limit: int, max_depth: int | None) -> list[str]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
 
-SCHEMA_VERSION = 4  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 5  # docs/inspect.md, "The --json document", says what each version added
 
 
 def _probe_dict(v: ProbeRecord) -> dict[str, Any]:

@@ -133,6 +133,8 @@ class AutoWeightsLoader:
                 name = trace.result
             entry.mapped = name
             rule = self._skip_rule(name)
+            if not rule and ledger.observer is not None:
+                rule = ledger.observer.skipped(self, entry)
             if rule:
                 entry.status, entry.rule = Status.SKIPPED, rule
                 continue

@@ -55,6 +55,12 @@ class LoadObserver:
         observer may also add rules to this loader's own lists (``loader.skip_prefixes``...)."""
         return mapper
 
+    def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
+        """A rule of the observer's own that skips ``entry`` (after the loader's mapper and its
+        own skip rules, before the walk), named as a ledger shows rules; ``None``: none does.
+        A dry load skips by the checkpoint's spelling of a name here."""
+        return None
+
     def unexpected(
         self, ledger: LoadLedger, name: str, entries: Sequence[CheckpointEntry], reason: str
     ) -> bool:

@@ -92,6 +92,13 @@ class DryLoadObserver(LoadObserver):
             loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
         return mapper
 
+    def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
+        # The user's skip prefixes also match the checkpoint's own spelling of a key (the
+        # loader tests the name after its mapper), at the root loader only, as its other rules.
+        if loader.module is not self.root:
+            return None
+        return self.rules.skipped(self._key_of.get(id(entry), entry.name))
+
     def unexpected(
         self, ledger: LoadLedger, name: str, entries: Sequence[CheckpointEntry], reason: str
     ) -> bool:

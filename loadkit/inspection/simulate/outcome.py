@@ -13,6 +13,7 @@ from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ShapeMismatchError
 from loadkit.inspection.casts import is_incompatible
 from loadkit.inspection.options import LoadRules
+from loadkit.inspection.patterns import CheckpointSpelling, unmatched_patterns
 from loadkit.inspection.records import (
     DtypeCast,
     KeyOutcome,
@@ -107,6 +108,12 @@ def _classify(
         return _failed_call(name, mapped, bad, tally)
     if fate and fate.status == Status.UNEXPECTED:
         looked_up, reason = sim.observer.rejected[name]
+        # The walk tests the user's ignore rules where it found nothing (``cls`` for every
+        # ``cls.*`` key); they also match the key's whole name, in either spelling.
+        ignored = sim.observer.rules.ignored(name, mapped, looked_up)
+        if ignored and sim.observer.used:
+            tally.keys.append(KeyOutcome(name, Status.IGNORED, mapped, rule=ignored))
+            return
         tally.keys.append(KeyOutcome(name, Status.UNEXPECTED, mapped, message=reason))
         u = Unexpected(name, looked_up, reason, shape=info.shape, dtype=info.dtype)
         tally.unexpected.append(u)
@@ -181,6 +188,10 @@ def _suggest(
     return []
 
 
+def _missing(name: str, tensor: torch.Tensor, allowed: str | None) -> Missing:
+    return Missing(name, tuple(tensor.shape), dtype_name(tensor.dtype), allowed=allowed)
+
+
 def assemble(
     tensors: dict[str, torch.Tensor],
     infos: Sequence[TensorInfo],
@@ -214,14 +225,17 @@ def assemble(
         tally.filled.update(
             qualname(path, p.name) for p in ledger.params.values() if p.status == Status.LOADED
         )
-    missing = [
-        Missing(n, tuple(by_name[n].shape), dtype_name(by_name[n].dtype), allowed=rules.allowed(n))
-        for n in entries
-        if n not in tally.filled and n not in tally.failed
-    ]
+    unfilled = [n for n in entries if n not in tally.filled and n not in tally.failed]
+    spelled: dict[str, list[str]] = {}  # missing tensor -> checkpoint names it would come from
+    if rules.allow_missing:
+        spelling = CheckpointSpelling(((k.name, k.mapped) for k in tally.keys), mapper)
+        spelled = {n: spelling.names(n) for n in unfilled}
+    missing = [_missing(n, by_name[n], rules.allowed(n, *spelled.get(n, ()))) for n in unfilled]
     notes = _suggest(tally, missing, infos, entries)
+    unmatched = unmatched_patterns(rules, tally.keys, missing, spelled)
     filled = sum(n in tally.filled and n not in tally.failed for n in entries)
     return LoadReport(
         tally.keys, missing, tally.unexpected, tally.mismatches, tally.casts, tally.errors,
         len(entries), filled, sim.runs, sim.complete, sim.failure, notes=notes, rules=rules,
+        unmatched_patterns=unmatched,
     )  # fmt: skip

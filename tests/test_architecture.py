@@ -228,11 +228,6 @@ INVESTIGATED = {
     "inspect_checkpoint",
     "run_tensor_parallel",
 }
-# Stories not converted yet; each entry is removed when its notebook makes the calls itself
-# (an entry whose module no longer calls any of them fails below: the list only shrinks).
-NOT_YET_CONVERTED = {
-    "loadkit.demo.stories.tour",
-}
 
 
 def _investigated_calls(source: str) -> list[str]:
@@ -262,17 +257,9 @@ def test_the_demo_calls_nothing_a_notebook_investigates():
     offenders = {
         name: calls
         for name, path in _demo_modules().items()
-        if name not in NOT_YET_CONVERTED and (calls := _investigated_calls(path.read_text()))
+        if (calls := _investigated_calls(path.read_text()))
     }
     assert offenders == {}
-
-
-def test_the_not_yet_converted_list_only_shrinks():
-    assert NOT_YET_CONVERTED <= set(_demo_modules())
-    converted = sorted(
-        n for n in NOT_YET_CONVERTED if not _investigated_calls(MODULES[n].read_text())
-    )
-    assert converted == [], f"remove from NOT_YET_CONVERTED: {converted}"
 
 
 def test_every_exception_class_lives_in_errors():

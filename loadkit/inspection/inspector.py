@@ -28,24 +28,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.index import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError
-from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
 from loadkit.inspection.progress import Progress
 from loadkit.inspection.report import InspectReport
-from loadkit.inspection.summary import CheckpointSummary, MapperReport, summarize_checkpoint
+from loadkit.inspection.summary import CheckpointSummary, summarize_checkpoint
 
 if TYPE_CHECKING:
     from torch import nn
 
     from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
+    from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import ModelSummary
     from loadkit.inspection.simulate import DryLoad
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
@@ -175,8 +174,7 @@ def inspect(options: InspectOptions) -> InspectReport:
 # --- the records the steps pass on ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CheckpointRead:
+class CheckpointRead(NamedTuple):
     """Step 1: the opened checkpoint and its header summary (index problems included)."""
 
     checkpoint: Checkpoint
@@ -192,16 +190,14 @@ class CheckpointRead:
         return [t.name for t in self.summary.tensors]
 
 
-@dataclass(frozen=True)
-class NameMapping:
+class NameMapping(NamedTuple):
     """Step 2: the user's mapper (``None``: the model's own), and every name traced through it."""
 
     mapper: WeightsMapper | None
     report: MapperReport | None
 
 
-@dataclass(frozen=True)
-class BuiltModel:
+class BuiltModel(NamedTuple):
     """Step 3: the model on the meta device, and the mapper it loads with (``hf_to_vllm_mapper``,
     extended, or replaced, by the user's when given)."""
 
@@ -215,8 +211,7 @@ class BuiltModel:
         return type(self.module).__name__
 
 
-@dataclass(frozen=True)
-class LoaderVerdicts:
+class LoaderVerdicts(NamedTuple):
     """Step 5: one verdict per loader the model has, those ``selected`` deciding ``clean``;
     ``from_pretrained``: the transformers loader's own lists (a transformers model only)."""
 
@@ -257,6 +252,8 @@ def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
     """Parse the user's mapper rules, if any, and trace every checkpoint name through them."""
     if options.mapper is None:
         return NameMapping(None, None)
+    from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
+
     mapper = parse_mapper(options.mapper)
     return NameMapping(mapper, mapper_report(mapper, read.names, options.mapper_label))
 
@@ -338,6 +335,8 @@ def trace_mapper(
     """The mapper section: the user's rules (as the load used them, after the model's own;
     noting a load that bypassed them), else the mapper the model's root loader used, else the
     model's ``hf_to_vllm_mapper``."""
+    from loadkit.inspection.mapper_trace import mapper_report
+
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
     if names.mapper is not None:

@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.loaders import LoaderVerdict
+    from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import LoadReport, Missing, ModelSummary, Unexpected
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.suggest import Rule
-    from loadkit.inspection.summary import CheckpointSummary, MapperReport
+    from loadkit.inspection.summary import CheckpointSummary
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
 

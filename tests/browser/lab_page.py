@@ -248,6 +248,56 @@ class NotebookPage:
         plot.wait_for(timeout=30_000)
         return plot.evaluate(CHART_STATE_JS)
 
+    def chart_js_at(self, index: int, script: str) -> Any:
+        """``script`` (a JavaScript function of the plot element) run on the ``index``-th chart."""
+        plot = self.page.locator(PLOT).nth(index)
+        plot.wait_for(timeout=30_000)
+        return plot.evaluate(script)
+
+    # -- the other widgets: text boxes, dropdowns, buttons, HTML --------------------------------
+
+    def _widget(self, kind: str, description: str) -> Any:
+        """The widget of class ``widget-KIND`` (``kind``: one or more of ``text``, ``combobox``,
+        ``dropdown``, joined by ``|``) whose label reads ``description``."""
+        label = f":has(> label:text-is('{description}'))"
+        kinds = ", ".join(f".widget-{k}{label}" for k in kind.split("|"))
+        found = self.page.locator(kinds).first
+        found.wait_for(timeout=30_000)
+        found.scroll_into_view_if_needed()
+        return found
+
+    def type_into(self, description: str, value: str) -> None:
+        """Type ``value`` into the text box (or combobox) labelled ``description`` and press
+        Enter, as a person would (the notebooks' boxes update on Enter, not on each key)."""
+        box = self._widget("text|combobox", description).locator("input")
+        box.fill(value)
+        box.press("Enter")
+
+    def text_value(self, description: str) -> str:
+        return self._widget("text|combobox", description).locator("input").input_value()
+
+    def html_after(self, description: str) -> str:
+        """The text of the first HTML widget after the widget labelled ``description``."""
+        widget = self._widget("dropdown|text|combobox", description)
+        html = widget.locator("xpath=following::div[contains(@class,'widget-html')][1]")
+        return html.inner_text()
+
+    def choose(self, description: str, label: str) -> None:
+        """Pick the option shown as ``label`` in the dropdown labelled ``description``."""
+        self._widget("dropdown", description).locator("select").select_option(label=label)
+
+    def click_button(self, label: str) -> None:
+        button = self.page.locator("button.jupyter-button", has_text=label).first
+        button.scroll_into_view_if_needed()
+        button.click()
+
+    def button_disabled(self, label: str) -> bool:
+        return self.page.locator("button.jupyter-button", has_text=label).first.is_disabled()
+
+    def wait_for(self, ok: Any, what: str, seen: Any = None, timeout: float = 30.0) -> None:
+        """Wait until ``ok()`` holds (a widget's callback ran in the kernel and the page drew)."""
+        self._wait(ok, timeout, what, seen)
+
     def chart_widths(self) -> list[tuple[float, float]]:
         """Each chart's width and the width of the output area it sits in, in pixels."""
         return self.page.locator(PLOT).evaluate_all(

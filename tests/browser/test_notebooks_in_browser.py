@@ -205,3 +205,169 @@ def test_plamo2_map_shows_every_loader_at_once(open_notebook, lab, tmp_path):
         height = page.page.locator(PLOT).first.bounding_box()["height"]
         assert height <= 600, f"the map is {height:.0f} px high: more than a screen with its text"
         assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+# --- the widgets that are not a main toggle: 04's panel, 00's name dropdown, 03's dropdowns ------
+
+TREEMAP_JS = """
+(el) => ({
+  title: (el.layout.title && el.layout.title.text) || '',
+  traces: (el.data || []).length,
+  ids: el.data && el.data.length ? Array.from(el.data[0].ids) : [],
+  colours: el.data && el.data.length ? Array.from(el.data[0].marker.colors) : [],
+  notes: (el.layout.annotations || []).map((a) => a.text),
+})
+"""
+PASTE = "paste the suggested fix into the mapper box"
+
+
+def _picture(fig: Any) -> dict[str, Any]:
+    """What TREEMAP_JS reads, computed from the library's figure."""
+    data = list(fig.data)
+    return {
+        "title": fig.layout.title.text or "",
+        "traces": len(data),
+        "ids": list(data[0].ids) if data else [],
+        "colours": list(data[0].marker.colors) if data else [],
+        "notes": [a.text for a in fig.layout.annotations],
+    }
+
+
+def _wait_for_picture(page: NotebookPage, fig: Any, after: str) -> None:
+    want = _picture(fig)
+    page.wait_for(
+        lambda: page.chart_js_at(0, TREEMAP_JS) == want,
+        f"the panel's picture after {after}: {want['title']!r}, {len(want['ids'])} boxes",
+        lambda: {k: v for k, v in page.chart_js_at(0, TREEMAP_JS).items() if k != "ids"},
+    )
+
+
+def test_debug_panel_boxes_and_button_drive_the_picture(open_notebook, lab, tmp_path):
+    """Notebook 04's panel: typing a checkpoint and a model, pasting the suggested fix with its
+    button, a bad path and the header-only choice each redraw the picture as the library draws
+    the notebook's own ``inspect`` of the same boxes; an error leaves no stale picture."""
+    import contextlib
+    import json
+
+    from repo_paths import NOTEBOOKS
+
+    from loadkit.demo.stories import debug as story
+    from loadkit.errors import LoadkitError
+
+    name = "04_debug_your_checkpoint.ipynb"
+    inspect = notebook_namespace(name)["inspect"]
+
+    def report(*boxes: str) -> Any:
+        with contextlib.chdir(NOTEBOOKS):  # where the kernel runs: paths resolve and show alike
+            return inspect(*boxes)
+
+    broken = "../data/big/debug/plamo2-broken.safetensors"  # written by the notebook's Run All
+    sharded = "../data/big/debug/plamo2-index"
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        assert page.button_disabled(PASTE)  # the checkpoint it opened on loads cleanly
+        page.type_into("model", "plamo2")
+        page.type_into("checkpoint", broken)
+        _wait_for_picture(page, story.treemap_figure(report(broken, "plamo2", "")), broken)
+        fix = json.dumps(report(broken, "plamo2", "").fix.mapper)
+        page.wait_for(lambda: not page.button_disabled(PASTE), "the paste button enabled")
+        page.click_button(PASTE)
+        page.wait_for(lambda: page.text_value("mapper") == fix, f"the mapper box to read {fix}")
+        _wait_for_picture(page, story.treemap_figure(report(broken, "plamo2", fix)), PASTE)
+        page.type_into("checkpoint", "../data/no-such-checkpoint.safetensors")
+        try:
+            report("../data/no-such-checkpoint.safetensors", "plamo2", fix)
+        except LoadkitError as exc:
+            error = story.error_figure(str(exc))
+        _wait_for_picture(page, error, "a path that does not exist")
+        assert "no such file" in page.html_after("mapper")
+        page.type_into("mapper", "")
+        page.type_into("checkpoint", sharded)
+        _wait_for_picture(page, story.treemap_figure(report(sharded, "plamo2", "")), sharded)
+        assert "wrong shard: 'model.norm.weight'" in page.html_after("mapper")
+        page.type_into("model", story.HEADER_ONLY)
+        _wait_for_picture(page, story.treemap_figure(report(sharded, "", "")), "(header only)")
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+SANKEY_JS = """
+(el) => ({
+  labels: Array.from(el.data[0].node.label),
+  colours: Array.from(el.data[0].node.color),
+  values: Array.from(el.data[0].link.value, Number),
+})
+"""
+
+
+def test_tour_sankey_and_name_dropdown(open_notebook, lab, tmp_path):
+    """Notebook 00: the Sankey is the library's picture of the notebook's own load (fates in
+    the fate palette), and picking a name in the dropdown shows that name's journey."""
+    import contextlib
+
+    from repo_paths import NOTEBOOKS
+
+    from loadkit import ledger_of, open_checkpoint
+    from loadkit.demo.stories import tour
+
+    name = "00_tour.ipynb"
+    ns = notebook_namespace(name)
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        with contextlib.chdir(NOTEBOOKS):  # the checkpoint the page's Run All wrote
+            ck = open_checkpoint("../data/big/tour/tiny.safetensors")
+            model = ns["TinyHybrid"]()
+            model.load_weights(ck.weights())
+        ledger = ledger_of(model)
+        (sankey,) = tour.sankey_figure(ledger).data
+        want = {
+            "labels": list(sankey.node.label),
+            "colours": list(sankey.node.color),
+            "values": list(sankey.link.value),
+        }
+        assert page.chart_js_at(0, SANKEY_JS) == want
+        names = list(ck.tensors)
+        for pick in [names[-1], names[5], names[0]]:  # every click changes the dropdown
+            page.choose("name", pick)
+            journey = tour.journey(pick, ck, model, ledger)
+            page.wait_for(
+                lambda journey=journey: page.html_after("name").strip() == journey,
+                f"the journey of {pick}",
+                lambda: page.html_after("name")[:200],
+            )
+        assert not page.errors, f"the page logged errors: {page.errors}"
+
+
+def test_reload_order_and_layer_dropdowns_drive_the_counter_chart(open_notebook, lab, tmp_path):
+    """Notebook 03's order and layers dropdowns: the counter chart (old and new side by side)
+    becomes the library's for the notebook's own reloads in that order, over those layers."""
+    from loadkit.demo.stories import reload as story
+
+    name = "03_layerwise_reload.ipynb"
+    run = functools.cache(notebook_namespace(name)["reload"])
+    page = open_notebook(name)
+    with page.evidence_on_failure(tmp_path, extra=f"JupyterLab log: {lab.log_path}"):
+        page.open()
+        page.clear_outputs()
+        page.run_all()
+        page.wait_run_finished()
+        for order, pick in [("d-first", story.MIXERS), ("d-first", "layers.2 (*)"),
+                            ("shuffled", story.MIXERS), ("d-last", story.MIXERS)]:  # fmt: skip
+            page.choose("order", story.ORDER_LABELS[order])
+            page.choose("layers", pick)
+            fig = story.counter_figure(run("old", order), run("new", order), pick)
+            want = expected_traces(None, lambda _, fig=fig: fig)  # type: ignore[arg-type]
+            page.wait_for(
+                lambda want=want: page_traces(page.chart_state_at(0)) == want,
+                f"the counter chart for order {order}, layers {pick}",
+                lambda: page.chart_state_at(0)["title"],
+                timeout=60,
+            )
+        assert not page.errors, f"the page logged errors: {page.errors}"

@@ -201,13 +201,20 @@ def test_debug_panel_follows_its_widgets(in_notebooks, tmp_path):
 
 
 def test_tour_steps(in_notebooks, tmp_path):
-    path = tour.write_checkpoint(tmp_path / "tiny.safetensors")
+    from loadkit import CopyCounter, ledger_of
+    from loadkit.demo.fates import FATE_COLOURS
+
+    ns = notebook_namespace("00_tour.ipynb")
+    path = ns["write_checkpoint"](str(tmp_path / "tiny.safetensors"))
     ck = open_checkpoint(path)
-    model, ledger, copies = tour.load(path)
+    model = ns["TinyHybrid"]()
+    with CopyCounter() as copies:  # the load the tour makes in its own cell
+        model.load_weights(ck.weights())
+    ledger = ledger_of(model)
     counts = ledger.counts()["checkpoint"]
     assert (counts["loaded"], counts["skipped"], counts["dropped by mapper"]) == (11, 1, 1)
     assert ledger.never_loaded == []
-    assert copies == 12  # one per loaded name, and A's composed loader copies twice
+    assert copies.count == 12  # one per loaded name, and A's composed loader copies twice
     side = tour.side_by_side(ck, model)
     assert "names in common: none" in side
     traces = tour.trace_table(model.hf_to_vllm_mapper, list(ck.tensors))
@@ -218,9 +225,20 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert "composed_weight_loader(default_weight_loader)" in journey
     assert journey.endswith("ledger      loaded -> model.layers.0.mixer.A")
     assert "ckpt: mtp -> dropped by mapper: 1" in tour.sankey_data(ledger)
-    assert "packed_weight_loader(model.layers.1.mixer.qkv_proj.weight)" in tour.loader_table(model)
-    report = inspect_checkpoint(path, model="loadkit.demo.stories.tour:TinyHybrid", probe=True)
+    assert "qkv_weight_loader" in tour.loader_table(model)
+    # q, k and v landed in their own rows of the packed parameter
+    qkv = model.get_parameter("model.layers.1.mixer.qkv_proj.weight")
+    tensors = dict(ck.weights())
+    for i, p in enumerate("qkv"):
+        assert qkv[8 * i : 8 * (i + 1)].equal(tensors[f"backbone.layers.1.mixer.{p}_proj.weight"])
+    report = inspect_checkpoint(path, model=ns["TinyHybrid"], probe=True)
     assert report.clean and not report.probe["old"].hit and report.probe["new"].walked == 1
+    # the Sankey's fates have the fate palette: "loaded" is never a warning colour
+    (sankey,) = tour.sankey_figure(ledger).data
+    colours = dict(zip(sankey.node.label, sankey.node.color, strict=True))
+    assert colours["loaded"] == FATE_COLOURS["loaded"]
+    assert colours["skipped"] == FATE_COLOURS["skipped"]
+    assert colours["dropped by mapper"] == FATE_COLOURS["dropped by mapper"]
 
 
 def test_notebook_parameters(in_notebooks, tmp_path):

@@ -1,10 +1,8 @@
 """What the notebooks draw: one module per notebook, reachable from tests.
 
-A converted story (``pooling_probe``, ``plamo2``, ``reload``) only draws: the notebook makes the
-loads in its own cells and hands the results, or its own function for the widgets to call again,
-to the story. The others still run their scenarios themselves and expose ``main_records() ->
-dict[str, Record]``, the records the notebook's main toggle swaps between
-(``tests/test_architecture.py`` lists them until they are converted).
+A story only draws: the notebook makes the loads (or the inspection) in its own cells and hands
+the results, or its own function for the widgets to call again, to the story
+(``tests/test_architecture.py`` fails if a story calls what a notebook investigates).
 
 The stories load the checkpoints committed in the repository's ``data/`` folder. The library
 does not know where that is (an installed loadkit has no repository next to it): the folder is

@@ -1,128 +1,25 @@
-"""What notebook 00 (the tour) calls: a tiny hybrid model with every piece of the contract.
+"""Notebook 00's (the tour's) pictures: names side by side, traces, the walk, the ledger's flows.
 
-``TinyHybrid`` has the upstream shapes of the loading contract in a few tensors: Hugging Face
-checkpoint names (``backbone.*``, ``A_log``, separate ``q_proj``/``k_proj``/``v_proj``, an
-``mtp.*`` head the model does not have) that meet the model's names (``model.*``, ``A``, one packed
-``qkv_proj``) only through its ``hf_to_vllm_mapper``; a parameter with its own ``weight_loader``
-(``A = -exp(A_log)``, two copies); a packed parameter loaded shard by shard; a tied ``lm_head``
-that must be skipped. Its mapper is NemotronH's, as upstream writes it.
+The tour defines its model (``TinyHybrid``), writes its checkpoint and loads it in its own cells;
+the functions here draw what those leave: a checkpoint's names against a model's, each name
+through a mapper, the tree ``AutoWeightsLoader`` walks, which loader each parameter asks for, one
+name's journey, and where every name went (a Sankey, coloured by fate as notebook 04 colours keys).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import torch
 from torch import nn
 
 from loadkit.checkpoint.reader import Checkpoint
-from loadkit.demo.stories import DATA_DIR
+from loadkit.demo.fates import FATE_COLOURS
 from loadkit.fmt import WIDTH, table, wrap
 from loadkit.inspection.layout import LayoutNode, build_layout
-from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.counting import CopyCounter
-from loadkit.loading.ledger import LoadLedger, ledger_of
-from loadkit.loading.weight_loaders import (
-    composed_weight_loader,
-    default_weight_loader,
-    loader_of,
-    set_weight_attrs,
-)
+from loadkit.loading.ledger import LoadLedger
+from loadkit.loading.weight_loaders import loader_of
 from loadkit.mapper import WeightsMapper
-from loadkit.models._common import RMSNorm, packed_weight_loader, shard_rows
-from loadkit.models.dyadic import dyadic_uniform
-from loadkit.models.nemotron_h import NemotronHForCausalLM
-
-HIDDEN, HEADS, VOCAB = 8, 2, 16
-CHECKPOINT = DATA_DIR / "big" / "tour" / "tiny.safetensors"
-
-
-class Mamba2Mixer(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.in_proj = nn.Linear(HIDDEN, 2 * HIDDEN, bias=False)
-        self.A = nn.Parameter(torch.zeros(HEADS))
-        a_loader = composed_weight_loader(default_weight_loader, lambda a: -a.exp())
-        set_weight_attrs(self.A, {"weight_loader": a_loader})
-        self.D = nn.Parameter(torch.zeros(HEADS))
-
-
-class Attention(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv_proj = nn.Linear(HIDDEN, 3 * HIDDEN, bias=False)
-        # q, k, v each load into their rows of one packed parameter: the shard id says which.
-        rows = shard_rows({"q": HIDDEN, "k": HIDDEN, "v": HIDDEN})
-        name = "model.layers.1.mixer.qkv_proj.weight"
-        set_weight_attrs(self.qkv_proj.weight, {"weight_loader": packed_weight_loader(name, rows)})
-        self.o_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
-
-
-class Block(nn.Module):
-    def __init__(self, mixer: nn.Module) -> None:
-        super().__init__()
-        self.norm = RMSNorm(HIDDEN)
-        self.mixer = mixer
-
-
-class Backbone(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList([Block(Mamba2Mixer()), Block(Attention())])
-        self.norm_f = RMSNorm(HIDDEN)
-
-
-class TinyHybrid(nn.Module):
-    # The NemotronH-like model's own mapper: the tour shows the rules a real model ships with.
-    hf_to_vllm_mapper = NemotronHForCausalLM.hf_to_vllm_mapper
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.model = Backbone()
-        self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
-        self.lm_head.weight = self.model.embed_tokens.weight  # tied
-
-    def load_weights(self, weights: Any) -> set[str]:
-        # Tied: lm_head.weight in the checkpoint would overwrite the shared embedding.
-        loader = AutoWeightsLoader(self, skip_prefixes=["lm_head."])
-        return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
-
-
-def checkpoint_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
-    """The Hugging Face side: what a published checkpoint of this model holds."""
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape: int) -> torch.Tensor:
-        return dyadic_uniform(shape, g)  # the same bits on every machine
-
-    t = {"backbone.embeddings.weight": r(VOCAB, HIDDEN)}
-    t["backbone.layers.0.norm.weight"] = r(HIDDEN)
-    t["backbone.layers.0.mixer.in_proj.weight"] = r(2 * HIDDEN, HIDDEN)
-    t["backbone.layers.0.mixer.A_log"] = r(HEADS)
-    t["backbone.layers.0.mixer.D"] = r(HEADS)
-    t["backbone.layers.1.norm.weight"] = r(HIDDEN)
-    for p in "qkvo":
-        t[f"backbone.layers.1.mixer.{p}_proj.weight"] = r(HIDDEN, HIDDEN)
-    t["backbone.norm_f.weight"] = r(HIDDEN)
-    t["lm_head.weight"] = t["backbone.embeddings.weight"].clone()
-    t["mtp.layers.0.weight"] = r(HIDDEN, HIDDEN)  # a multi-token-prediction head: dropped
-    return t
-
-
-def write_checkpoint(path: str | os.PathLike[str] = CHECKPOINT) -> str:
-    """Write the checkpoint (safetensors stores names sorted); returns it relative to here."""
-    from safetensors.torch import save_file
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_file(checkpoint_tensors(), str(path))
-    return os.path.relpath(path)
-
-
-# --- the steps of the tour ------------------------------------------------------------------------
 
 
 def side_by_side(ck: Checkpoint, model: nn.Module) -> str:
@@ -164,18 +61,6 @@ def walk_picture(mapper: WeightsMapper, names: list[str]) -> str:
     return "\n".join(lines)
 
 
-def load(path: str | os.PathLike[str]) -> tuple[TinyHybrid, LoadLedger, int]:
-    """Load the checkpoint into a fresh model: (model, its ledger, copies counted)."""
-    from loadkit.checkpoint.reader import open_checkpoint
-
-    model = TinyHybrid()
-    with CopyCounter() as copies:
-        model.load_weights(open_checkpoint(path).weights())
-    ledger = ledger_of(model)
-    assert ledger is not None
-    return model, ledger, copies.count
-
-
 def loader_table(model: nn.Module) -> str:
     """Which loader each parameter asks for."""
     rows = []
@@ -186,12 +71,12 @@ def loader_table(model: nn.Module) -> str:
 
 
 def journey(
-    name: str, ck: Checkpoint, model: TinyHybrid, ledger: LoadLedger, width: int = WIDTH
+    name: str, ck: Checkpoint, model: nn.Module, ledger: LoadLedger, width: int = WIDTH
 ) -> str:
-    """One checkpoint name from the header to the parameter it ends in (lines longer than
-    ``width`` folded, ``fmt.wrap``)."""
+    """One checkpoint name from the header to the parameter it ends in, through ``model``'s
+    ``hf_to_vllm_mapper`` (lines longer than ``width`` folded, ``fmt.wrap``)."""
     info = ck.tensors[name]
-    mapper = model.hf_to_vllm_mapper
+    mapper = cast(WeightsMapper, model.hf_to_vllm_mapper)
     t = mapper.trace(name)
     lines = [f"checkpoint  {name}: {info.dtype} {list(info.shape)}, {info.nbytes} bytes"]
     for s in t.steps:
@@ -231,18 +116,73 @@ def sankey_columns(ledger: LoadLedger) -> dict[str, list[Any]]:
     }
 
 
+SOURCE, TARGET = "#8a9bb0", "#5c6b7a"  # checkpoint prefixes and model modules: no fate
+
+
+def _node_colour(label: str) -> str:
+    if label.startswith("ckpt: "):
+        return SOURCE
+    if label.startswith("model: "):
+        return TARGET
+    return FATE_COLOURS[label]
+
+
+def _column(label: str) -> float:
+    return 0.001 if label.startswith("ckpt: ") else 0.999 if label.startswith("model: ") else 0.5
+
+
+def _rows(labels: list[str]) -> list[float]:
+    """Each node's height in its column: spread evenly, in the order the nodes come."""
+    column = [_column(x) for x in labels]
+    out = []
+    for i, c in enumerate(column):
+        mates = [j for j, d in enumerate(column) if d == c]
+        out.append(0.001 + 0.998 * mates.index(i) / max(len(mates) - 1, 1))
+    return out
+
+
+def _link_colour(colour: str) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, 0.35)"
+
+
 def sankey_figure(ledger: LoadLedger) -> Any:
+    """Checkpoint prefix -> fate -> model module. The fates have notebook 04's colours (only a
+    fate that stops a load is a warning colour); each flow takes its fate's colour."""
     import plotly.graph_objects as go
 
     cols = sankey_columns(ledger)
+    labels = cols["labels"]
+    fate_of_link = [
+        labels[t] if not labels[t].startswith("model: ") else labels[s]
+        for s, t in zip(cols["source"], cols["target"], strict=True)
+    ]
     fig = go.Figure(
         go.Sankey(
-            node={"label": cols["labels"], "pad": 18},
-            link={"source": cols["source"], "target": cols["target"], "value": cols["value"]},
+            node={
+                "label": labels,
+                "pad": 18,
+                "color": [_node_colour(x) for x in labels],
+                # Three columns, fates in the middle (plotly would push a fate with no flow
+                # onwards to the right edge, among the model's modules).
+                "x": [_column(x) for x in labels],
+                "y": _rows(labels),
+                "line": {"color": "white", "width": 1},
+            },
+            link={
+                "source": cols["source"],
+                "target": cols["target"],
+                "value": cols["value"],
+                "color": [_link_colour(FATE_COLOURS[f]) for f in fate_of_link],
+            },
         )
     )
     fig.update_layout(
-        title={"text": "Where every checkpoint name went", "x": 0.01, "xanchor": "left"},
+        title={
+            "text": "Where every checkpoint name went: checkpoint prefix -> fate -> model module",
+            "x": 0.01,
+            "xanchor": "left",
+        },
         height=360,
         margin={"l": 20, "r": 20, "t": 50, "b": 20},
     )

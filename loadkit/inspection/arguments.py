@@ -20,10 +20,11 @@ dtype casts; for a pooling model (one with is_pooling_model, as loadkit.as_pooli
 the built-in and hf models are not) or with --probe, the pooling probe's verdict (old and new)."""
 
 INSPECT_EPILOG = """\
-exit status: 0 would load cleanly (no --model: headers valid), 1 would not load (or a
-folder's index disagrees with its shards: every problem is listed), 2 could not run on this
-input (unreadable checkpoint, bad --model, --model-arg or --mapper, bad arguments), 3 internal
-error (a bug: rerun with --debug for the traceback).
+exit status: 0 would load cleanly (no --model: headers valid; an inconsistent index is
+listed, not failed, unless --strict-index), 1 would not load (or a tensor the index names
+cannot be read), 2 could not run on this input (unreadable checkpoint, bad --model,
+--model-arg or --mapper, bad arguments), 3 internal error (a bug: rerun with --debug for the
+traceback).
 
 examples:
   python -m loadkit inspect model.safetensors

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from repo_paths import REPO
 
 from loadkit.inspection.arguments import parse_inspect
 from loadkit.inspection.cli import main
@@ -563,3 +564,19 @@ def test_one_renamed_key_is_1_key_renamed(tmp_path, loadkit_cli):
     assert res.returncode == 0, res.stderr
     assert "mapper  (--mapper): 1 key renamed, 0 dropped, 1 unchanged" in res.stdout
     assert "fired for 1 key\n" in res.stdout
+
+
+def test_help_and_docs_agree_that_an_inconsistent_index_exits_0(capsys):
+    assert main(["inspect", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    status = "0" + out.split("exit status: 0")[1].split(" examples:")[0]
+    assert (
+        "0 would load cleanly (no --model: headers valid; an inconsistent index is listed, "
+        "not failed, unless --strict-index)" in status
+    )
+    assert "1 would not load (or a tensor the index names cannot be read)" in status
+    assert "disagrees" not in status
+    docs = " ".join((REPO / "docs" / "inspect.md").read_text().split())
+    exit_docs = docs.split("## Exit status ")[1].split(" ## ")[0]
+    assert "an inconsistent index is listed, not failed, unless `--strict-index`" in exit_docs
+    assert "`1` it would not (or a tensor the index names cannot be read)" in exit_docs

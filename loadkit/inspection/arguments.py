@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=INSPECT_EPILOG,
         formatter_class=_Formatter,
     )
+    inspect.set_defaults(command_parser=inspect)
     _add_inputs(inspect)
     _add_output(inspect)
     _add_verdict(inspect, _add_rules(inspect))
@@ -269,11 +270,15 @@ _REPEATED = ("model_args", "skip_prefixes", "ignore_unexpected_prefixes",
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # The command's own errors point at the command's help (``python -m loadkit inspect``)
+    command = vars(args).pop("command_parser", parser)
+    if extra:
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     for name in _REPEATED:  # hashable, comparable values for the report's rules
         setattr(args, name, tuple(getattr(args, name)))
     if args.tp is not None and args.model is None:
-        parser.error("argument --tp: needs --model (what a rank holds depends on its layers)")
+        command.error("argument --tp: needs --model (what a rank holds depends on its layers)")
     return args
 
 

@@ -2,8 +2,9 @@
 
 Exit status: 0 the checkpoint would load cleanly (without ``--model``: its headers are valid;
 an inconsistent index is listed, not failed, unless ``--strict-index``), 1 it would not (or a
-tensor the index names cannot be read), 2 the command could not run on this input (a clear one-line message on stderr;
-with ``--json`` also a JSON ``{"error": ..., "exit_status": 2}`` on stdout), 3 an unexpected
+tensor the index names cannot be read), 2 the command could not run on this input (a clear
+one-line message on stderr; with ``--json`` also a JSON ``{"error": ..., "exit_status": 2}``
+on stdout), 3 an unexpected
 internal error (one line; the traceback only with ``--debug``). Without ``--model`` torch is
 never imported. An inspect that runs over 2 seconds shows a progress bar on stderr when stderr
 is a terminal (not with ``--json``). Names and paths are printed escaped: a control character

@@ -317,8 +317,21 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys, lo
         (["frobnicate"], "invalid choice: 'frobnicate'", "python -m loadkit: error: "),
         (["inspect"], "required: CHECKPOINT", "python -m loadkit inspect: error: "),
         (["inspect", f, "--model"], "expected one argument", "python -m loadkit inspect: error: "),
-        (["inspect", f, "--bogus"], "unrecognized arguments: --bogus", "python -m loadkit"),
-        (["inspect", f, "extra"], "unrecognized arguments: extra", "python -m loadkit"),
+        (
+            ["inspect", f, "--bogus"],
+            "unrecognized arguments: --bogus",
+            "python -m loadkit inspect: error: ",
+        ),
+        (
+            ["inspect", f, "extra"],
+            "unrecognized arguments: extra",
+            "python -m loadkit inspect: error: ",
+        ),
+        (
+            ["inspect", f, "--tp", "2"],
+            "argument --tp: needs --model",
+            "python -m loadkit inspect: error: ",
+        ),
         (["inspect", f, "--limit", "x"], "invalid int value", "python -m loadkit inspect: error: "),
         (
             ["inspect", f, "--allow-missing", "["],
@@ -330,7 +343,10 @@ def test_exit_2_for_bad_model_mapper_and_arguments(qwen, monkeypatch, capsys, lo
         assert main([str(a) for a in argv]) == 2, argv
         err = capsys.readouterr().err
         assert words in err and err.startswith(usage), (argv, err)
-        assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("see: "), err
+        assert len(err.splitlines()) == 2, err
+        # the help of the command whose usage was wrong
+        command = usage.split(": error: ")[0]
+        assert err.splitlines()[1] == f"see: {command} --help", err
     res = loadkit_cli("inspect")  # and once as a process
     assert res.returncode == 2 and "required: CHECKPOINT" in res.stderr
     bad = ["--model", "my_qwen:build", "--allow-missing", "layers.[0-3.*"]

@@ -337,7 +337,12 @@ def test_cli_hf_spec_errors(tmp_path, capsys, hf_clean):
     assert main(["inspect", str(folder), "--model", "hf:"]) == 2
     assert "give a config file or folder after the colon" in capsys.readouterr().err
     assert main(["inspect", str(folder), "--model", f"hf:{tmp_path / 'nowhere'}"]) == 2
-    assert "no such config file" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the path the user just gave: what is wrong with it
+    assert f"{tmp_path / 'nowhere'}: does not exist; --model hf:PATH names a config.json" in err
+    assert "give one with" not in err
+    (tmp_path / "empty").mkdir()
+    assert main(["inspect", str(folder), "--model", f"hf:{tmp_path / 'empty'}"]) == 2
+    assert f"{tmp_path / 'empty'}: has no config.json; --model hf:PATH" in capsys.readouterr().err
     # a config given by folder, and a wrapper named explicitly
     assert main(["inspect", str(folder), "--model", f"hf-embed:{folder}", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

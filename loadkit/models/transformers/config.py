@@ -23,18 +23,27 @@ if TYPE_CHECKING:
 CONFIG_NAME = "config.json"
 
 
-def config_path(source: str | os.PathLike[str]) -> Path:
+def config_path(source: str | os.PathLike[str], *, given: bool = False) -> Path:
     """The ``config.json`` that ``source`` names: the file itself, or the one in the folder.
 
     A checkpoint file stands for its folder: ``folder/model.safetensors`` ->
     ``folder/config.json``. For example ``config_path("ckpt")`` is ``ckpt/config.json`` when that
-    file exists; otherwise a ``ModelSpecError`` says where it looked.
+    file exists; otherwise a ``ModelSpecError`` says where it looked. ``given``: the user named
+    ``source`` (``--model hf:PATH``), so the error says what is wrong with that path.
     """
-    path = Path(source)
+    named = path = Path(source)
     if path.is_dir():
         path = path / CONFIG_NAME
     elif path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json"):
         path = path.parent / CONFIG_NAME
+    if not path.is_file() and given:
+        if not os.path.lexists(named):
+            why = "does not exist"
+        else:
+            why = f"has no {CONFIG_NAME}" if named.is_dir() else f"has no {CONFIG_NAME} beside it"
+        raise ModelSpecError(
+            f"{named}: {why}; --model hf:PATH names a {CONFIG_NAME} or the folder holding one"
+        )
     if not path.is_file():
         where = path.parent if path.name == CONFIG_NAME else path
         raise ModelSpecError(

@@ -73,7 +73,7 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | 
     if isinstance(source, Checkpoint):
         source = source.path
 
-    path = config_path(source)
+    path = config_path(source, given=parsed.config is not None)
     return HFSource(parsed.task, str(path), read_config_dict(path))
 
 

@@ -176,12 +176,12 @@ def _fallback(
         )
     revisions = sorted(held[0].revisions, key=lambda r: (-r.last_modified, r.commit_hash))
     refs = {ref for r in revisions for ref in r.refs}
+    # the notes say how, not which: the report prints the commit beside them
     if revision is None and "main" not in refs and len(revisions) == 1:
-        only = revisions[0].commit_hash
-        return str(revisions[0].snapshot_path), f"no refs/main: the only revision cached, {only}"
+        return str(revisions[0].snapshot_path), "no refs/main: the only revision cached"
     short = [r for r in revisions if len(asked) >= 7 and r.commit_hash.startswith(asked.lower())]
     if len(short) == 1:
-        return str(short[0].snapshot_path), f"the cached commit {short[0].commit_hash}"
+        return str(short[0].snapshot_path), "a short commit hash: the one cached commit it starts"
     hexa = re.fullmatch(r"[0-9a-f]{40}", asked) is not None
     why = "no snapshot of that commit" if hexa else f"no refs/{asked}"
     listed = ", ".join(

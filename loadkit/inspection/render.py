@@ -73,10 +73,14 @@ def _source(source: Source | None) -> list[str]:
     if source.snapshot is not None:
         s = source.snapshot
         lines = [
-            f"  from the Hugging Face cache: {printable(s.repo_id)}, "
-            f"revision {printable(s.revision)}",
-            f"    commit {printable(s.commit)}",
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, commit {printable(s.commit)}"
         ]
+        if s.revision != s.commit:  # a branch, a tag or a short hash: which commit it named
+            lines = [
+                f"  from the Hugging Face cache: {printable(s.repo_id)}, "
+                f"revision {printable(s.revision)}",
+                f"    commit {printable(s.commit)}",
+            ]
         if s.note:
             lines.append(f"    ({printable(s.note)})")
         if s.lacks:

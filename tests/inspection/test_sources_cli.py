@@ -191,3 +191,24 @@ def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tm
     ) in lines
     assert any(line.startswith("    missing shard") for line in lines)
     assert "  index problems (14): 13 stop the load (a tensor cannot be read)" in got.stdout
+
+
+def test_a_repo_id_with_a_commit_names_it_once(bert, loadkit_cli):
+    folder, cache = bert
+    env = {"HF_HUB_CACHE": str(cache)}
+    snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
+    short = loadkit_cli("inspect", f"org/bert@{ONE[:7]}", env=env)
+    assert short.returncode == 0, short.stderr
+    assert short.stdout.splitlines()[:4] == [
+        f"checkpoint  {snapshot}",
+        f"  from the Hugging Face cache: org/bert, revision {ONE[:7]}",
+        f"    commit {ONE}",
+        "    (a short commit hash: the one cached commit it starts)",
+    ]
+    full = loadkit_cli("inspect", f"org/bert@{ONE}", env=env)
+    assert full.stdout.splitlines()[1] == f"  from the Hugging Face cache: org/bert, commit {ONE}"
+    for out in (short.stdout, full.stdout):  # the snapshot's path, then the commit once
+        assert out.count(ONE) == 2, out
+    assert _body(full.stdout, 1, snapshot) == _body(
+        loadkit_cli("inspect", folder).stdout, 0, folder
+    )

@@ -525,8 +525,6 @@ def _model(m: ModelSummary) -> list[str]:
 
 def _final_verdict(r: Report, head: str | None) -> list[str]:
     """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
-    tp = r.tensor_parallel
-    tp_problems = tp.problems() if tp is not None else []
     inconsistent = len(r.checkpoint.inconsistent)
     strict = r.strict_index and inconsistent
     index = (
@@ -544,7 +542,7 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         return [
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         ]
-    if not tp_problems and not strict and (head is not None or r.clean):
+    if head is not None or r.clean:  # each loader's column says its own problems
         return _loads(r, head, index)
     lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
@@ -556,7 +554,9 @@ def _loads(r: Report, head: str | None, index: str) -> list[str]:
     """The verdict when the selected loaders say it loads (or, with ``head``, each loader's)."""
     tp = r.tensor_parallel
     where = ""
-    if tp is not None and tp.simulated:
+    if tp is not None and not tp.ok:  # vLLM's refusal: its column says it
+        pass
+    elif tp is not None and tp.simulated:
         where = f" on each of {tp.tp} ranks"
     elif tp is not None:  # nothing was loaded per rank: say what was checked
         where = (

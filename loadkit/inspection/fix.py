@@ -98,10 +98,7 @@ class SuggestedFix:
                 }
                 for sh in self.shifts
             ],
-            "rejected": [
-                {"stage": r.stage, "old": r.old, "new": r.new, "why": why}
-                for r, why in self.rejected
-            ],
+            "rejected": refused_as_list(self.rejected),
             "mapper": self.mapper,
             "mapper_complete": self.complete,
             "proven": self.proven,
@@ -109,6 +106,22 @@ class SuggestedFix:
             "clean": self.result.clean,
             "problems": self.result.problems(),
         }
+
+
+@dataclass
+class NotOffered:
+    """Rules the suggester considered and refused, each with why: no fix is offered (a rule
+    that would scramble numbered siblings, rules whose second load is no better)."""
+
+    rejected: list[tuple[Rule, str]]
+
+    def as_list(self) -> list[dict[str, str]]:
+        return refused_as_list(self.rejected)
+
+
+def refused_as_list(rejected: list[tuple[Rule, str]]) -> list[dict[str, str]]:
+    """Refused rules as ``--json`` holds them: ``stage``, ``old``, ``new``, ``why``."""
+    return [{"stage": r.stage, "old": r.old, "new": r.new, "why": why} for r, why in rejected]
 
 
 def mapper_as_json(mapper: WeightsMapper | None) -> dict[str, Any] | None:
@@ -174,6 +187,15 @@ def _shift_suggestions(shift: Shift, looked_up: dict[str, str]) -> list[Suggesti
     return out
 
 
+def _no_better(load: LoadReport, result: LoadReport, rules: int) -> str:
+    """Why rules whose second load has as many problems as the first, or more, are refused."""
+    it = "it" if rules == 1 else "them"
+    return (
+        f"the load simulated again with {it} is no better: {_problem_count(result)} problems, "
+        f"{_problem_count(load)} without ({', '.join(result.problems())})"
+    )
+
+
 def _culprits(rules: list[Rule], before: dict[str, str], scrambled: list[Renumbering]) -> set[Rule]:
     """The rules that fire on a key whose number moved unevenly."""
     keys = {k for r in scrambled for k in r.keys}
@@ -189,13 +211,14 @@ def suggest_fix(
     *,
     given: WeightsMapper | None = None,
     replace: bool = False,
-) -> SuggestedFix | None:
+) -> SuggestedFix | NotOffered | None:
     """Rules for the pairs ``load`` found, proven by ``retry`` (the load simulated again with
     the given mapper in place of ``used``, the one the model loads with). ``given``: the rules
     the user passed (``--mapper``), which the printed flag repeats before the new ones;
     ``replace``: they replaced the model's own rules (``--replace-mapper``).
 
-    Returns ``None`` when no rule explains two or more pairs, or when the rules do not leave
+    Returns ``None`` when no rule explains two or more pairs; ``NotOffered`` (the rules and why)
+    when every rule was refused: it would scramble numbered siblings, or the rules do not leave
     fewer problems than ``load`` has.
     """
     from loadkit.mapper import WeightsMapper
@@ -228,9 +251,10 @@ def suggest_fix(
         rejected += [(r, s.words()) for r in rules if r in culprits for s in scrambled[:1]]
         suggestions = [s for s in suggestions if s.rule not in culprits]
         if not suggestions:
-            return None
-    if not suggestions or _problem_count(result) >= _problem_count(load):
-        return None
+            return NotOffered(rejected)
+    if _problem_count(result) >= _problem_count(load):
+        why = _no_better(load, result, len(rules))
+        return NotOffered(rejected + [(r, why) for r in rules])
     # --mapper extends the model's rules: the flag holds the rules given and the new ones
     base = mapper_as_json(given)
     flag = new if base is None else mapper_json(base, rules)

@@ -15,12 +15,14 @@ from loadkit.inspection.casts import kind
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.sources import Source
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.loaders import LoaderVerdict
+    from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import LoadReport, Missing, ModelSummary, Unexpected
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
-    from loadkit.inspection.summary import CheckpointSummary, MapperReport
+    from loadkit.inspection.suggest import Rule
+    from loadkit.inspection.summary import CheckpointSummary
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
 
@@ -39,6 +41,7 @@ class Report(Protocol):
     loaders: dict[str, LoaderVerdict] | None
     selected_loaders: tuple[str, ...]
     from_pretrained: FromPretrained | None
+    not_offered: NotOffered | None
 
     @property
     def folded_layout(self) -> LayoutNode: ...
@@ -245,11 +248,19 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
             f"{example}"
         )
     lines += _capped(rows, len(rows), limit, "  ")
-    for rule, why in fix.rejected:
-        lines.append(f"  not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}")
+    lines += _refused(fix.rejected, limit, "  ")
     if not n:
         return lines
     return lines + _fix_flag(fix, these)
+
+
+def _refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
+    """One line per rule considered and refused: the rule, and why."""
+    rows = [
+        f"{indent}not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}"
+        for rule, why in rejected
+    ]
+    return _capped(rows, len(rows), limit, indent)
 
 
 def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
@@ -470,6 +481,8 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines += [head, ""]
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
+    elif r.not_offered is not None:  # or the rules considered, and why none is offered
+        lines += [*_refused(r.not_offered.rejected, limit, ""), ""]
     lines += _checkpoint(r, limit)
     lines += ["", *_layout(r, limit, max_depth)]
     if r.mapper is not None:

@@ -8,16 +8,16 @@ Its sections are the pipeline's records (``loadkit.inspection.inspector``): ``ch
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.render import render_report
-from loadkit.inspection.summary import CheckpointSummary, MapperReport
+from loadkit.inspection.summary import CheckpointSummary
 
 if TYPE_CHECKING:
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
+    from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import LoadReport, ModelSummary
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.tensor_parallel.plan import TPReport
@@ -39,26 +39,43 @@ def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
     }
 
 
-@dataclass(eq=False)
 class InspectReport:
     """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
     ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
     ``--json`` document."""
 
-    checkpoint: CheckpointSummary
-    mapper: MapperReport | None = None
-    model: ModelSummary | None = None
-    probe: dict[str, ProbeRecord] | None = None
-    load: LoadReport | None = None
-    tensor_parallel: TPReport | None = None
-    fix: SuggestedFix | None = None  # mapper rules that fix a systematic mismatch, proven
-    strict_index: bool = False  # an inconsistent index fails (exit 1)
-    # One verdict per loader ("vllm", and "transformers" for --model hf), those selected by
-    # --loader deciding ``clean``; ``from_pretrained``: the transformers loader's lists.
-    loaders: dict[str, LoaderVerdict] | None = None
-    selected_loaders: tuple[str, ...] = ("vllm",)
-    from_pretrained: FromPretrained | None = None
-    _layouts: dict[bool, LayoutNode] = field(default_factory=dict, init=False, repr=False)
+    def __init__(
+        self,
+        checkpoint: CheckpointSummary,
+        mapper: MapperReport | None = None,
+        model: ModelSummary | None = None,
+        probe: dict[str, ProbeRecord] | None = None,
+        load: LoadReport | None = None,
+        tensor_parallel: TPReport | None = None,
+        fix: SuggestedFix | None = None,
+        strict_index: bool = False,
+        loaders: dict[str, LoaderVerdict] | None = None,
+        selected_loaders: tuple[str, ...] = ("vllm",),
+        from_pretrained: FromPretrained | None = None,
+        not_offered: NotOffered | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.mapper = mapper
+        self.model = model
+        self.probe = probe
+        self.load = load
+        self.tensor_parallel = tensor_parallel
+        self.fix = fix  # mapper rules that fix a systematic mismatch, proven
+        self.strict_index = strict_index  # an inconsistent index fails (exit 1)
+        # One verdict per loader ("vllm", and "transformers" for --model hf), those selected by
+        # --loader deciding ``clean``; ``from_pretrained``: the transformers loader's lists.
+        self.loaders = loaders
+        self.selected_loaders = selected_loaders
+        self.from_pretrained = from_pretrained
+        # Rules the suggester considered and refused when it offers no fix (with a fix, its
+        # own ``rejected`` holds them).
+        self.not_offered = not_offered
+        self._layouts: dict[bool, LayoutNode] = {}  # built on first use
 
     def __repr__(self) -> str:
         c = self.checkpoint
@@ -137,6 +154,7 @@ class InspectReport:
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "not_offered": self.not_offered.as_list() if self.not_offered else [],
             "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
             "selected_loaders": list(self.selected_loaders),
             "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,

@@ -125,12 +125,11 @@ class InspectReport:
         return 0 if self.clean else 1
 
     def problems(self) -> list[str]:
-        """Short descriptions of what keeps the checkpoint from loading cleanly: each selected
-        loader's (named when there are several), or without a model the index's."""
-        if self.load is not None and self.loaders:
+        """Short descriptions of what keeps the checkpoint from loading cleanly: with several
+        selected loaders each one's verdict, named; else the index's, the load's and (for
+        ``vllm``) what ``--tp`` found."""
+        if self.loaders and len(self.selected_loaders) > 1:
             chosen = [self.loaders[n] for n in self.selected_loaders]
-            if len(chosen) == 1:
-                return list(chosen[0].problems)
             return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
@@ -139,9 +138,12 @@ class InspectReport:
         if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
             out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} under --strict-index")
-        if self.load is not None:
+        if self.load is not None and "vllm" in self.selected_loaders:
             out += self.load.problems()
-        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
+            out += self.tensor_parallel.problems() if self.tensor_parallel is not None else []
+        if self.from_pretrained is not None and "transformers" in self.selected_loaders:
+            out += self.from_pretrained.problems()
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         return {

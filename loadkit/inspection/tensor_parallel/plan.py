@@ -98,14 +98,8 @@ class TPReport:
                 f"tensor parallel  tp={self.tp} (the model has no tensor-parallel layers: no "
                 "rank was simulated; its config checked as vLLM checks it)"
             ]
-        refusal = self.refusal
         for f in self.findings:  # wrapped: reports are read in terminals and notebooks
-            row = f"  {f.severity:<5} {f.subject}: {f.message}"
-            if f is refusal:
-                row += f": vLLM refuses tp={self.tp}"
-                if any(g.severity == "error" for g in self.findings if g is not f):
-                    row += " at this check, before those below"
-            lines += wrap(row, hang=6).split("\n")
+            lines += wrap(f"  {f.severity:<5} {f.subject}: {f.message}", hang=6).split("\n")
         if not self.ranks:
             return lines
         lines.append("  rank  parameter bytes  elements loaded  load")

@@ -187,11 +187,11 @@ def _fallback(
     listed = ", ".join(
         r.commit_hash + (f" ({', '.join(sorted(r.refs))})" if r.refs else "") for r in revisions
     )
-    held = plural(len(revisions), "revision") + (", newest first" if len(revisions) > 1 else "")
+    holds = plural(len(revisions), "revision") + (", newest first" if len(revisions) > 1 else "")
     raise CheckpointError(
         shown,
         f"revision {asked!r} is not in the cache ({why} in {storage}); it holds "
-        f"{held}: {listed or 'none'}; name one as {repo_id}@<commit>",
+        f"{holds}: {listed or 'none'}; name one as {repo_id}@<commit>",
     )
 
 

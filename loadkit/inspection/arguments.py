@@ -8,8 +8,7 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
 
@@ -286,8 +285,7 @@ def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
     return parse_args(build_parser(), ["inspect", *argv])
 
 
-@dataclass(frozen=True)
-class InspectCommand:
+class InspectCommand(NamedTuple):
     """``python -m loadkit inspect``'s command line as one record: the inspector's options, and
     how the report is printed (``--json``, ``--limit``, ``--debug``)."""
 

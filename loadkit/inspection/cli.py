@@ -16,7 +16,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.inspection.arguments import InspectCommand, parse_command
@@ -42,7 +41,7 @@ def inspect_command(command: InspectCommand) -> int:
     ``--json`` (a log or a pipe would keep every frame of it)."""
     options = command.options
     if not command.json and sys.stderr is not None and sys.stderr.isatty():
-        options = replace(options, progress=True)
+        options = options._replace(progress=True)
     if options.model is None and (
         options.model_args or options.rules != LoadRules() or options.probe
     ):

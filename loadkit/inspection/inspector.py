@@ -11,10 +11,12 @@ order this module defines them:
 4. ``load``: a simulated load (``loadkit.inspection.simulate``): every key's fate, missing and
    unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
    then traces the mapper the load used;
-5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load;
-   ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
-   transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
-6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
+5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
+   the rules considered and refused, and why);
+6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
+   checked as vLLM checks it); ``judge_loaders`` then gives one verdict per loader the model has
+   (``vllm``, with what it makes of ``tp``, and for a transformers model ``transformers``:
+   ``from_pretrained`` simulated on the meta device);
 7. the report (``loadkit.inspection.report.InspectReport``) holds the records; ``announce_fix``
    announces a suggested fix (an audit event).
 
@@ -27,24 +29,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.index import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 from loadkit.checkpoint.sources import Source, open_source
 from loadkit.errors import LoadkitError
-from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
 from loadkit.inspection.options import InspectOptions, LoadRules, pattern_problem
 from loadkit.inspection.progress import Progress
 from loadkit.inspection.report import InspectReport
-from loadkit.inspection.summary import CheckpointSummary, MapperReport, summarize_checkpoint
+from loadkit.inspection.summary import CheckpointSummary, summarize_checkpoint
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
+    from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import ModelSummary
     from loadkit.inspection.simulate import DryLoad
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
@@ -150,9 +151,9 @@ def inspect(options: InspectOptions) -> InspectReport:
         probe = probe_prefixes(options, read, built)
         loaded = load(options, read, built, names, progress)
         mapper = trace_mapper(options, read, built, loaded, names)
-        fix = suggest_fixes(options, read, built, loaded, names, progress)
-        verdicts = judge_loaders(options, read, built, loaded)
+        fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
         plan = plan_tensor_parallel(options, read)
+        verdicts = judge_loaders(options, read, built, loaded, plan)
     report = InspectReport(
         read.summary,
         mapper,
@@ -165,6 +166,7 @@ def inspect(options: InspectOptions) -> InspectReport:
         verdicts.loaders,
         verdicts.selected,
         verdicts.from_pretrained,
+        not_offered,
     )
     announce_fix(options, report)
     return report
@@ -173,8 +175,7 @@ def inspect(options: InspectOptions) -> InspectReport:
 # --- the records the steps pass on ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CheckpointRead:
+class CheckpointRead(NamedTuple):
     """Step 1: the opened checkpoint and its header summary (index problems included)."""
 
     checkpoint: Checkpoint
@@ -190,16 +191,14 @@ class CheckpointRead:
         return [t.name for t in self.summary.tensors]
 
 
-@dataclass(frozen=True)
-class NameMapping:
+class NameMapping(NamedTuple):
     """Step 2: the user's mapper (``None``: the model's own), and every name traced through it."""
 
     mapper: WeightsMapper | None
     report: MapperReport | None
 
 
-@dataclass(frozen=True)
-class BuiltModel:
+class BuiltModel(NamedTuple):
     """Step 3: the model on the meta device, and the mapper it loads with (``hf_to_vllm_mapper``,
     extended, or replaced, by the user's when given)."""
 
@@ -213,8 +212,7 @@ class BuiltModel:
         return type(self.module).__name__
 
 
-@dataclass(frozen=True)
-class LoaderVerdicts:
+class LoaderVerdicts(NamedTuple):
     """Step 5: one verdict per loader the model has, those ``selected`` deciding ``clean``;
     ``from_pretrained``: the transformers loader's own lists (a transformers model only)."""
 
@@ -255,6 +253,8 @@ def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
     """Parse the user's mapper rules, if any, and trace every checkpoint name through them."""
     if options.mapper is None:
         return NameMapping(None, None)
+    from loadkit.inspection.mapper_trace import mapper_report, parse_mapper
+
     mapper = parse_mapper(options.mapper)
     return NameMapping(mapper, mapper_report(mapper, read.names, options.mapper_label))
 
@@ -336,6 +336,8 @@ def trace_mapper(
     """The mapper section: the user's rules (as the load used them, after the model's own;
     noting a load that bypassed them), else the mapper the model's root loader used, else the
     model's ``hf_to_vllm_mapper``."""
+    from loadkit.inspection.mapper_trace import mapper_report
+
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
     if names.mapper is not None:
@@ -368,11 +370,12 @@ def suggest_fixes(
     loaded: DryLoad,
     names: NameMapping,
     progress: Progress,
-) -> SuggestedFix | None:
-    """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
+) -> tuple[SuggestedFix | None, NotOffered | None]:
+    """Rules that explain a systematic mismatch, offered only when a second dry load makes
+    things better (proven when it is clean); or the rules considered and refused, and why."""
     if not options.suggest or loaded.report.clean or not loaded.autoloader:
-        return None
-    from loadkit.inspection.fix import suggest_fix
+        return None, None
+    from loadkit.inspection.fix import NotOffered, suggest_fix
     from loadkit.inspection.simulate import dry_load
 
     def retry(with_mapper: WeightsMapper) -> Any:
@@ -386,35 +389,10 @@ def suggest_fixes(
         ).report
 
     replace = names.mapper is not None and options.replace_mapper
-    return suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
-
-
-def judge_loaders(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
-) -> LoaderVerdicts:
-    """``vllm``'s verdict from the dry load, and for a model built from a transformers class
-    ``transformers``'s (``from_pretrained``, simulated on meta), when ``options.loader`` asks."""
-    from loadkit.inspection.loaders import (
-        TRANSFORMERS,
-        VLLM,
-        available_loaders,
-        select_loaders,
-        transformers_verdict,
-        vllm_verdict,
-    )
-
-    available = available_loaders(built.module)
-    selected = select_loaders(options.loader, available)
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary)}
-    from_pretrained = None
-    if TRANSFORMERS in selected:
-        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
-
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = from_pretrained_verdict(config, read.infos)
-        verdicts[TRANSFORMERS] = transformers_verdict(from_pretrained, read.summary)
-    loaders = {n: verdicts[n] for n in available if n in verdicts}
-    return LoaderVerdicts(loaders, selected, from_pretrained)
+    found = suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
+    if isinstance(found, NotOffered):
+        return None, found
+    return found, None
 
 
 def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
@@ -438,6 +416,42 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)
+
+
+def judge_loaders(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    plan: TPReport | None = None,
+) -> LoaderVerdicts:
+    """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
+    model built from a transformers class ``transformers``'s (``from_pretrained``, simulated on
+    meta), when ``options.loader`` asks; ``--strict-index`` fails both alike."""
+    from loadkit.inspection.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    available = available_loaders(built.module)
+    selected = select_loaders(options.loader, available)
+    strict = options.strict_index
+    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    from_pretrained = None
+    if TRANSFORMERS in selected:
+        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        from_pretrained = from_pretrained_verdict(config, read.infos).under(options.rules)
+        verdicts[TRANSFORMERS] = transformers_verdict(
+            from_pretrained, read.summary, strict_index=strict
+        )
+    loaders = {n: verdicts[n] for n in available if n in verdicts}
+    return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
 def announce_fix(options: InspectOptions, report: InspectReport) -> None:

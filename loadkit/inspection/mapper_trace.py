@@ -1,6 +1,8 @@
-"""The mapper section: ``--mapper`` rules parsed, and every checkpoint name traced through a mapper.
+"""The mapper section: ``--mapper`` rules parsed, and every checkpoint name traced through a mapper
+(``MapperReport``: which rule fired for which key).
 
-Torch-free: ``loadkit.mapper`` is imported where a mapper is parsed, not for a plain layout report.
+Torch-free, and imported only where a mapper is involved (``loadkit.mapper`` where one is
+parsed), not for a plain layout report.
 """
 
 from __future__ import annotations
@@ -8,16 +10,73 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import MapperConfigError, printable
-from loadkit.inspection.summary import MapperReport, RuleUse
 
 if TYPE_CHECKING:
     from loadkit.mapper import WeightsMapper
 
 MAX_MAPPER_BYTES = 10_000_000  # a --mapper file (rules, not data)
+
+
+@dataclass(eq=False)
+class RuleUse:
+    """One mapper rule and the keys it fired for (in checkpoint order)."""
+
+    stage: str
+    rule: str
+    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
+    origin: str | None = None  # where the rule comes from, when the model says (--model hf)
+    fired: int = 0
+    example: tuple[str, str | None] | None = None  # (before, after), first firing
+
+    def __repr__(self) -> str:
+        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
+
+
+@dataclass(eq=False)
+class MapperReport:
+    """Which rule fired for which key, and which keys the mapper drops."""
+
+    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
+    rules: list[RuleUse]
+    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
+    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
+    unchanged: int
+    note: str | None = None
+    rematches: list[Any] = field(default_factory=list)  # loadkit.mapper.Rematch: vLLM 0.28.0's
+    behaviour: str = "old"  # the mapper's stacked stage
+
+    def __repr__(self) -> str:
+        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rules": [
+                {
+                    "stage": r.stage,
+                    "rule": r.rule,
+                    "target": r.target,
+                    "fired": r.fired,
+                    "example": list(r.example) if r.example else None,
+                    "origin": r.origin,
+                }
+                for r in self.rules
+            ],
+            "keys": self.traces,
+            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
+            "unchanged": self.unchanged,
+            "note": self.note,
+            "behaviour": self.behaviour,
+            "rematches": [
+                {"first": r.first, "then": r.then, "example": r.name, "vllm_0_28_0": r.result}
+                for r in self.rematches
+            ],
+        }
 
 
 def parse_mapper(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -117,8 +116,7 @@ class LoadRules(NamedTuple):
         }
 
 
-@dataclass(frozen=True)
-class InspectOptions:
+class InspectOptions(NamedTuple):
     """What to inspect, against what, and how: ``inspect_checkpoint``'s arguments as one record.
 
     ``checkpoint`` is a file, a folder, a sharded index, a repo id, a URL, or an opened
@@ -144,8 +142,8 @@ class InspectOptions:
     mapper: WeightsMapper | Mapping[str, Any] | str | None = None
     mapper_label: str = "given mapper"
     replace_mapper: bool = False
-    rules: LoadRules = field(default_factory=LoadRules)
-    model_args: Mapping[str, Any] = field(default_factory=dict)
+    rules: LoadRules = LoadRules()
+    model_args: Mapping[str, Any] = {}  # a NamedTuple default: one dict, never mutated
     probe: bool | None = None
     suggest: bool = True
     tp: int | None = None

@@ -1,12 +1,12 @@
-"""The header sections of an inspect report: the checkpoint and the mapper's trace, torch-free.
+"""The checkpoint section of an inspect report, torch-free.
 
-Built by ``loadkit.inspection.inspector`` from the safetensors headers alone; the model sections
-(filled in by the dry load) are in ``loadkit.inspection.records``.
+Built by ``loadkit.inspection.inspector`` from the safetensors headers alone; the mapper's trace
+is in ``loadkit.inspection.mapper_trace``, the model sections (filled in by the dry load) in
+``loadkit.inspection.records``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -61,63 +61,6 @@ class CheckpointSummary(NamedTuple):
             ],
             "problems": [p.as_dict() for p in self.problems],
             "source": self.source.as_dict() if self.source else None,
-        }
-
-
-@dataclass(eq=False)
-class RuleUse:
-    """One mapper rule and the keys it fired for (in checkpoint order)."""
-
-    stage: str
-    rule: str
-    target: Any  # the replacement; None for a dropping rule; [new, shard_id]
-    origin: str | None = None  # where the rule comes from, when the model says (--model hf)
-    fired: int = 0
-    example: tuple[str, str | None] | None = None  # (before, after), first firing
-
-    def __repr__(self) -> str:
-        return f"RuleUse({self.stage} {self.rule!r}, fired={self.fired})"
-
-
-@dataclass(eq=False)
-class MapperReport:
-    """Which rule fired for which key, and which keys the mapper drops."""
-
-    source: str  # "--mapper", "given mapper", or "<Model>.hf_to_vllm_mapper"
-    rules: list[RuleUse]
-    traces: list[dict[str, Any]]  # keys a rule fired for: name, mapped, shard_id, steps
-    dropped: list[tuple[str, str]]  # (key, "stage 'rule'")
-    unchanged: int
-    note: str | None = None
-    rematches: list[Any] = field(default_factory=list)  # loadkit.mapper.Rematch: vLLM 0.28.0's
-    behaviour: str = "old"  # the mapper's stacked stage
-
-    def __repr__(self) -> str:
-        return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "rules": [
-                {
-                    "stage": r.stage,
-                    "rule": r.rule,
-                    "target": r.target,
-                    "fired": r.fired,
-                    "example": list(r.example) if r.example else None,
-                    "origin": r.origin,
-                }
-                for r in self.rules
-            ],
-            "keys": self.traces,
-            "dropped": [{"name": k, "rule": rule} for k, rule in self.dropped],
-            "unchanged": self.unchanged,
-            "note": self.note,
-            "behaviour": self.behaviour,
-            "rematches": [
-                {"first": r.first, "then": r.then, "example": r.name, "vllm_0_28_0": r.result}
-                for r in self.rematches
-            ],
         }
 
 

@@ -23,6 +23,7 @@ same in both):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +93,17 @@ def renaming_label(renaming: object) -> str:
     text = f"{' | '.join(sources)} -> {' | '.join(targets)}"
     scope = getattr(renaming, "scope_prefix", None)  # transformers scopes a sub-model's rules
     return f"{text} (under {scope!r})" if scope else text
+
+
+def rule_text(stage: str, rule: str) -> str:
+    r"""A mapper rule as its user writes it, in traces, ledgers and reports: the stage, then the
+    pattern itself in quotes (a regex as the regex, never its ``repr`` with doubled
+    backslashes).
+
+    >>> print(rule_text("regex", r"^bert\.(.+)"), rule_text("prefix", "model."), sep="; ")
+    regex '^bert\.(.+)'; prefix 'model.'
+    """
+    return f"{stage} '{rule}'"
 
 
 def renaming_target(renaming: object) -> str | None:
@@ -461,6 +473,22 @@ class WeightsMapper:
             for rule, target in getattr(self, f"orig_to_new_{stage}").items():
                 text = getattr(rule, "pattern", rule)
                 yield stage, text, list(target) if isinstance(target, tuple) else target
+
+    def without(self, stage: str, rule: str) -> WeightsMapper:
+        r"""This mapper less one rule (``stage`` and rule text, as ``rules`` and ``trace`` give
+        them): what a name a rule dropped would have become without it.
+
+        >>> m = WeightsMapper(orig_to_new_regex={"bias$": None, "^t\\.": "model."})
+        >>> m.map_name("t.bias"), m.without("regex", "bias$").map_name("t.bias")
+        (None, 'model.bias')
+        """
+        if stage == "renaming":
+            kept = [r for r in self.orig_to_new_renaming if renaming_label(r) != rule]
+            return dataclasses.replace(self, orig_to_new_renaming=kept)
+        table = getattr(self, f"orig_to_new_{stage}")
+        kept_rules = {k: v for k, v in table.items() if getattr(k, "pattern", k) != rule}
+        changes: dict[str, Any] = {f"orig_to_new_{stage}": kept_rules}
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_json(cls, rules: Mapping[str, Mapping[str, Any]]) -> WeightsMapper:

@@ -139,6 +139,8 @@ def mapper_report(
 
     ``origins`` says where rules come from, by ``(stage, rule text)`` (a model's
     ``mapper_rule_origins``: which rules transformers supplied)."""
+    from loadkit.mapper import rule_text  # the mapper's module: loaded, as it made ``mapper``
+
     origins = origins or {}
     rules: dict[tuple[str, str], RuleUse] = {}
     for stage, text, target in mapper.rules():
@@ -157,7 +159,7 @@ def mapper_report(
             if use.example is None:
                 use.example = (step.before, step.after)
         if t.result is None and t.dropped_by is not None:
-            dropped.append((name, f"{t.dropped_by.stage} {t.dropped_by.rule!r}"))
+            dropped.append((name, rule_text(t.dropped_by.stage, t.dropped_by.rule)))
         traces.append(
             {
                 "name": name,

@@ -71,6 +71,9 @@ class Missing:
     dtype: str
     suggestions: list[str] = field(default_factory=list)  # nearest unused checkpoint keys
     allowed: str | None = None  # the --allow-missing pattern that lets it stay unfilled
+    # the checkpoint key that would have filled it, had a mapper rule not dropped it, and the rule
+    dropped_key: str | None = None
+    dropped_by: str | None = None
 
     @property
     def numel(self) -> int:

@@ -183,14 +183,18 @@ def _mapper(r: Report, limit: int) -> list[str]:
             "behaviour='new')"
         )
     for use in m.rules:
-        target = "drop" if use.target is None else repr(use.target)
-        fired = plural(use.fired, "key")
-        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {fired}")
+        # each rule once, as written: a renaming's label already says what it writes
+        rule = f"{use.stage:<8} '{printable(use.rule)}'"
+        if use.stage != "renaming":
+            target = use.target if not isinstance(use.target, str) else f"'{use.target}'"
+            rule += f" -> {'drop' if use.target is None else printable(str(target))}"
+        lines.append(f"  {rule}: fired for {plural(use.fired, 'key')}")
         if use.origin:
             lines.append(f"           {printable(use.origin)}")
         if use.example:
-            before, after = (printable(str(x)) for x in use.example)
-            lines.append(f"           e.g. {before} -> {after}")
+            before, after = use.example
+            shown = "dropped" if after is None else printable(after)
+            lines.append(f"           e.g. {printable(before)} -> {shown}")
     if m.dropped:
         lines.append(f"  dropped keys ({len(m.dropped)})")
         rows = [f"    {printable(k)}  ({printable(rule)})" for k, rule in m.dropped]
@@ -323,11 +327,24 @@ def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
             notes.append(f"unlike the checkpoint's {majority} tensors")
         note = f"  ({'; '.join(notes)})" if notes else ""
         shown = _names(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
-        noun = "tensor " if n == 1 else "tensors"
         rows.append(
-            f"    {n:>5} {noun} {g.from_dtype} -> {g.to_dtype}{verdict}{note}\n            {shown}"
+            f"    {plural(n, 'tensor')} {g.from_dtype} -> {g.to_dtype}{verdict}{note}"
+            f"\n      {shown}"
         )
     return rows
+
+
+def _model_counts(load: LoadReport) -> str:
+    """Every model tensor counted once: filled, missing, or its key's load raised."""
+    allowed = len(load.missing) - len(load.failing_missing)
+    mismatched, errored = load.failed_tensors()
+    return (
+        f"  model {plural(load.model_tensors, 'tensor')}: {load.filled} filled, "
+        f"{len(load.missing)} missing"
+        + (f" ({allowed} allowed by --allow-missing)" if allowed else "")
+        + (f", {mismatched} mismatched" if mismatched else "")
+        + (f", {plural(errored, 'load error')}" if errored else "")
+    )
 
 
 def _load(
@@ -340,17 +357,11 @@ def _load(
 ) -> list[str]:
     c = load.counts()
     passes = plural(load.runs, "pass", "passes")
-    allowed = len(load.missing) - len(load.failing_missing)
-    mismatched, errored = load.failed_tensors()
     lines = [
         f"load  ({loader}simulated on the meta device, {passes})",
         f"  checkpoint {plural(len(load.keys), 'key')}: "
         + ", ".join(f"{n} {s}" for s, n in c.items() if n),
-        f"  model {plural(load.model_tensors, 'tensor')}: {load.filled} filled, "
-        f"{len(load.missing)} missing"
-        + (f" ({allowed} allowed by --allow-missing)" if allowed else "")
-        + (f", {mismatched} mismatched" if mismatched else "")
-        + (f", {plural(errored, 'load error')}" if errored else ""),
+        _model_counts(load),
     ]
     if not load.complete:
         lines.append("  stopped early: too many failing names; the rest was not simulated")
@@ -410,6 +421,11 @@ def _missing_rows(missing: list[Missing]) -> list[str]:
     return [
         f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
         + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
+        + (
+            f"\n      its key {printable(m.dropped_key)} was dropped by {printable(m.dropped_by)}"
+            if m.dropped_key and m.dropped_by
+            else ""
+        )
         + (f"\n      renamed? unused key: {_names(m.suggestions)}" if m.suggestions else "")
         for m in missing
     ]
@@ -448,7 +464,8 @@ def _other_keys(load: LoadReport, limit: int) -> list[str]:
     rows = []
     for (status, reason), names in groups.items():
         shown = _names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
-        rows.append(f"    {len(names):>5} {status}: {printable(reason)}\n            {shown}")
+        # at the 4 columns every section's rows start at; the keys under it as a row's details
+        rows.append(f"    {len(names)} {status}: {printable(reason)}\n      {shown}")
     return _section("other keys, not loaded", rows, total, limit)
 
 

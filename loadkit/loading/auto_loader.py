@@ -23,7 +23,7 @@ from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
 from loadkit.loading.observe import LoadObserver
 from loadkit.loading.tensors import loadable_tensors, qualname
 from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
-from loadkit.mapper import WeightsMapper
+from loadkit.mapper import WeightsMapper, rule_text
 from loadkit.vocab import Status
 
 BIAS_RULE = "upstream's '.bias' suffix rule"
@@ -126,7 +126,7 @@ class AutoWeightsLoader:
                 if trace.result is None:
                     step = trace.dropped_by
                     entry.status = Status.MAPPER_DROPPED
-                    entry.rule = f"{step.stage} {step.rule!r}" if step else "mapper"
+                    entry.rule = rule_text(step.stage, step.rule) if step else "mapper"
                     continue
                 if trace.shard_id is not None:
                     set_weight_attrs(tensor, {"shard_id": trace.shard_id})

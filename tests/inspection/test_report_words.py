@@ -36,3 +36,34 @@ def test_a_transposed_gpt2_weight_is_counted_and_hinted(hf_clean, tmp_path):
     assert "parameter [" not in text
     counts = report.as_dict()["load"]["counts"]["model"]
     assert (counts["mismatched"], counts["load_error"]) == (1, 0)
+
+
+def test_mapper_rules_print_once_as_written_and_a_dropped_key_is_named(hf_clean):
+    """GPT-2 under vLLM's backend: its ``attn.bias`` regex (from transformers'
+    ``_keys_to_ignore_on_load_unexpected``) also drops ``c_attn.bias`` (docs/fidelity.md)."""
+    report = inspect_checkpoint(hf_clean("gpt2"), model="hf", loader="vllm")
+    text = report.render()
+    (entry,) = [m for m in report.as_dict()["load"]["missing"] if ".h.0." in m["name"]]
+    assert (entry["dropped_key"], entry["dropped_by"]) == (
+        "transformer.h.0.attn.c_attn.bias",
+        "regex 'attn.bias'",
+    )
+    mapper = _section(text, "mapper  (")
+    # a renaming's label says what it writes: once, not again after an arrow
+    assert "  renaming 'LayerNorm.gamma -> LayerNorm.weight': fired for 0 keys" in mapper
+    # a regex as the regex itself (what --mapper JSON decodes to), not the repr of its repr
+    assert any(
+        r.startswith("  regex    '^transformer\\.(.+)' -> 'model.\\1': fired for ") for r in mapper
+    )
+    assert not any("\\\\" in r for r in mapper)
+    assert "           e.g. transformer.h.0.attn.c_attn.bias -> dropped" in mapper
+    assert "    transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper
+    missing = _section(text, "  missing: model tensors never filled")
+    i = missing.index("    model.h.0.attn.c_attn.bias  [48] float32")
+    assert missing[i + 1] == (
+        "      its key transformer.h.0.attn.c_attn.bias was dropped by regex 'attn.bias'"
+    )
+    # every section's rows start 4 columns in; a row's details 6
+    other = _section(text, "  other keys, not loaded")
+    assert other[1] == "    2 dropped by mapper: regex 'attn.bias'"
+    assert other[2] == "      transformer.h.0.attn.c_attn.bias, transformer.h.1.attn.c_attn.bias"

@@ -29,7 +29,7 @@ from loadkit.inspection.simulate.observer import Fate
 from loadkit.inspection.simulate.recording import Call
 from loadkit.inspection.simulate.run import Simulation
 from loadkit.loading.tensors import loadable_tensors, qualname
-from loadkit.mapper import WeightsMapper
+from loadkit.mapper import WeightsMapper, rule_text
 from loadkit.vocab import Status
 
 
@@ -191,6 +191,24 @@ def _suggest(
     return []
 
 
+def _dropped_keys(keys: list[KeyOutcome], mapper: WeightsMapper, missing: list[Missing]) -> None:
+    """A missing tensor whose checkpoint key a mapper rule dropped (GPT-2's ``attn.bias`` regex
+    drops ``c_attn.bias`` too, as vLLM 0.28.0 does): which key, and which rule."""
+    wanted = {m.name: m for m in missing}
+    less: dict[tuple[str, str], WeightsMapper] = {}  # one mapper per dropping rule
+    for k in keys:
+        if not wanted or k.status != Status.MAPPER_DROPPED:
+            continue
+        step = mapper.trace(k.name).dropped_by
+        if step is None:
+            continue
+        if (step.stage, step.rule) not in less:
+            less[(step.stage, step.rule)] = mapper.without(step.stage, step.rule)
+        m = wanted.pop(str(less[(step.stage, step.rule)].map_name(k.name)), None)
+        if m is not None:
+            m.dropped_key, m.dropped_by = k.name, rule_text(step.stage, step.rule)
+
+
 def _missing(name: str, tensor: torch.Tensor, allowed: str | None) -> Missing:
     return Missing(name, tuple(tensor.shape), dtype_name(tensor.dtype), allowed=allowed)
 
@@ -234,6 +252,8 @@ def assemble(
         spelling = CheckpointSpelling(((k.name, k.mapped) for k in tally.keys), mapper)
         spelled = {n: spelling.names(n) for n in unfilled}
     missing = [_missing(n, by_name[n], rules.allowed(n, *spelled.get(n, ()))) for n in unfilled]
+    if mapper is not None:
+        _dropped_keys(tally.keys, mapper, missing)
     notes = _suggest(tally, missing, infos, entries)
     unmatched = unmatched_patterns(rules, tally.keys, missing, spelled)
     filled = sum(n in tally.filled and n not in tally.failed for n in entries)

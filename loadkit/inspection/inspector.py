@@ -11,10 +11,12 @@ order this module defines them:
 4. ``load``: a simulated load (``loadkit.inspection.simulate``): every key's fate, missing and
    unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
    then traces the mapper the load used;
-5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load;
-   ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
-   transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
-6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
+5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
+   the rules considered and refused, and why);
+6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
+   checked as vLLM checks it); ``judge_loaders`` then gives one verdict per loader the model has
+   (``vllm``, with what it makes of ``tp``, and for a transformers model ``transformers``:
+   ``from_pretrained`` simulated on the meta device);
 7. the report (``loadkit.inspection.report.InspectReport``) holds the records; ``announce_fix``
    announces a suggested fix (an audit event).
 
@@ -41,7 +43,7 @@ from loadkit.inspection.summary import CheckpointSummary, summarize_checkpoint
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import ModelSummary
@@ -149,9 +151,9 @@ def inspect(options: InspectOptions) -> InspectReport:
         probe = probe_prefixes(options, read, built)
         loaded = load(options, read, built, names, progress)
         mapper = trace_mapper(options, read, built, loaded, names)
-        fix = suggest_fixes(options, read, built, loaded, names, progress)
-        verdicts = judge_loaders(options, read, built, loaded)
+        fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
         plan = plan_tensor_parallel(options, read)
+        verdicts = judge_loaders(options, read, built, loaded, plan)
     report = InspectReport(
         read.summary,
         mapper,
@@ -164,6 +166,7 @@ def inspect(options: InspectOptions) -> InspectReport:
         verdicts.loaders,
         verdicts.selected,
         verdicts.from_pretrained,
+        not_offered,
     )
     announce_fix(options, report)
     return report
@@ -367,11 +370,12 @@ def suggest_fixes(
     loaded: DryLoad,
     names: NameMapping,
     progress: Progress,
-) -> SuggestedFix | None:
-    """Rules that explain a systematic mismatch, kept only when a second dry load proves them."""
+) -> tuple[SuggestedFix | None, NotOffered | None]:
+    """Rules that explain a systematic mismatch, offered only when a second dry load makes
+    things better (proven when it is clean); or the rules considered and refused, and why."""
     if not options.suggest or loaded.report.clean or not loaded.autoloader:
-        return None
-    from loadkit.inspection.fix import suggest_fix
+        return None, None
+    from loadkit.inspection.fix import NotOffered, suggest_fix
     from loadkit.inspection.simulate import dry_load
 
     def retry(with_mapper: WeightsMapper) -> Any:
@@ -385,35 +389,10 @@ def suggest_fixes(
         ).report
 
     replace = names.mapper is not None and options.replace_mapper
-    return suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
-
-
-def judge_loaders(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
-) -> LoaderVerdicts:
-    """``vllm``'s verdict from the dry load, and for a model built from a transformers class
-    ``transformers``'s (``from_pretrained``, simulated on meta), when ``options.loader`` asks."""
-    from loadkit.inspection.loaders import (
-        TRANSFORMERS,
-        VLLM,
-        available_loaders,
-        select_loaders,
-        transformers_verdict,
-        vllm_verdict,
-    )
-
-    available = available_loaders(built.module)
-    selected = select_loaders(options.loader, available)
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary)}
-    from_pretrained = None
-    if TRANSFORMERS in selected:
-        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
-
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = from_pretrained_verdict(config, read.infos)
-        verdicts[TRANSFORMERS] = transformers_verdict(from_pretrained, read.summary)
-    loaders = {n: verdicts[n] for n in available if n in verdicts}
-    return LoaderVerdicts(loaders, selected, from_pretrained)
+    found = suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
+    if isinstance(found, NotOffered):
+        return None, found
+    return found, None
 
 
 def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
@@ -437,6 +416,42 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)
+
+
+def judge_loaders(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    plan: TPReport | None = None,
+) -> LoaderVerdicts:
+    """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
+    model built from a transformers class ``transformers``'s (``from_pretrained``, simulated on
+    meta), when ``options.loader`` asks; ``--strict-index`` fails both alike."""
+    from loadkit.inspection.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    available = available_loaders(built.module)
+    selected = select_loaders(options.loader, available)
+    strict = options.strict_index
+    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    from_pretrained = None
+    if TRANSFORMERS in selected:
+        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        from_pretrained = from_pretrained_verdict(config, read.infos).under(options.rules)
+        verdicts[TRANSFORMERS] = transformers_verdict(
+            from_pretrained, read.summary, strict_index=strict
+        )
+    loaders = {n: verdicts[n] for n in available if n in verdicts}
+    return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
 def announce_fix(options: InspectOptions, report: InspectReport) -> None:

@@ -15,12 +15,13 @@ from loadkit.inspection.casts import kind
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.sources import Source
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.layout import LayoutNode
     from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import LoadReport, Missing, ModelSummary, Unexpected
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
+    from loadkit.inspection.suggest import Rule
     from loadkit.inspection.summary import CheckpointSummary
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
@@ -40,6 +41,7 @@ class Report(Protocol):
     loaders: dict[str, LoaderVerdict] | None
     selected_loaders: tuple[str, ...]
     from_pretrained: FromPretrained | None
+    not_offered: NotOffered | None
 
     @property
     def folded_layout(self) -> LayoutNode: ...
@@ -246,14 +248,22 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
             f"{example}"
         )
     lines += _capped(rows, len(rows), limit, "  ")
-    for rule, why in fix.rejected:
-        lines.append(f"  not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}")
+    lines += _refused(fix.rejected, limit, "  ")
     if not n:
         return lines
-    return lines + _fix_flag(fix, these)
+    return lines + _fix_flag(fix, these, limit)
 
 
-def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
+def _refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
+    """One line per rule considered and refused: the rule, and why."""
+    rows = [
+        f"{indent}not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}"
+        for rule, why in rejected
+    ]
+    return _capped(rows, len(rows), limit, indent)
+
+
+def _fix_flag(fix: SuggestedFix, these: str, limit: int) -> list[str]:
     """The ``--mapper`` to paste, and what the load does with it."""
     lines = [f"  {fix.flag}"]
     if not fix.complete:
@@ -277,8 +287,18 @@ def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
         )
     elif fix.scrambled:
         lines.append(f"  NOT proven: {'; '.join(printable(r.words()) for r in fix.scrambled)}")
+    elif fix.result.clean:
+        vllm = " (vllm)" if fix.other_loaders else ""
+        lines.append(f"  would load cleanly with {these}{vllm}, but NOT proven:")
     else:
         lines.append(f"  with {these} it would still NOT load: {_problems(fix.result.problems())}")
+    if fix.ambiguous:
+        lines.append(
+            "  shapes cannot tell these tensors apart: with a key in another of them the load "
+            "would be as clean; the names alone chose (check each)"
+        )
+        rows = [f"    {printable(a.words())}" for a in fix.ambiguous]
+        lines += _capped(rows, len(rows), limit)
     return lines
 
 
@@ -327,7 +347,7 @@ def _load(
     if load.failure:
         lines.append(f"  load failed: {printable(load.failure)}")
     explained = fix.explained_keys() if fix else {}
-    by_fix = {tensor for s in fix.suggestions for _, tensor in s.pairs} if fix else set()
+    by_fix = fix.explained_tensors() if fix else set()
     unexpected = [u for u in load.unexpected if not (fix and u.looked_up in explained)]
     lines += _section(
         "unexpected names",
@@ -447,6 +467,13 @@ def _transformers(fp: FromPretrained, limit: int) -> list[str]:
     ):
         lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
         lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
+    for title, names in (
+        ("missing, allowed by --allow-missing", list(fp.allowed)),
+        ("unexpected, taken by the skip and ignore rules", list(fp.ignored)),
+    ):
+        if names:
+            lines.append(f"  {title} ({len(names)})")
+            lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
     raises = "" if fp.ignore_mismatched_sizes else ": from_pretrained raises"
     lines.append(
         f"  shape mismatches ({len(fp.mismatched)})"
@@ -471,6 +498,8 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         lines += [head, ""]
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
+    elif r.not_offered is not None:  # or the rules considered, and why none is offered
+        lines += [*_refused(r.not_offered.rejected, limit, ""), ""]
     lines += _checkpoint(r, limit)
     lines += ["", *_layout(r, limit, max_depth)]
     if r.mapper is not None:
@@ -526,8 +555,6 @@ def _model(m: ModelSummary) -> list[str]:
 
 def _final_verdict(r: Report, head: str | None) -> list[str]:
     """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
-    tp = r.tensor_parallel
-    tp_problems = tp.problems() if tp is not None else []
     inconsistent = len(r.checkpoint.inconsistent)
     strict = r.strict_index and inconsistent
     index = (
@@ -545,7 +572,7 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         return [
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         ]
-    if not tp_problems and not strict and (head is not None or r.clean):
+    if head is not None or r.clean:  # each loader's column says its own problems
         return _loads(r, head, index)
     lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
@@ -557,7 +584,9 @@ def _loads(r: Report, head: str | None, index: str) -> list[str]:
     """The verdict when the selected loaders say it loads (or, with ``head``, each loader's)."""
     tp = r.tensor_parallel
     where = ""
-    if tp is not None and tp.simulated:
+    if tp is not None and not tp.ok:  # vLLM's refusal: its column says it
+        pass
+    elif tp is not None and tp.simulated:
         where = f" on each of {tp.tp} ranks"
     elif tp is not None:  # nothing was loaded per rank: say what was checked
         where = (

@@ -15,7 +15,7 @@ from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary
 
 if TYPE_CHECKING:
-    from loadkit.inspection.fix import SuggestedFix
+    from loadkit.inspection.fix import NotOffered, SuggestedFix
     from loadkit.inspection.loaders import LoaderVerdict
     from loadkit.inspection.mapper_trace import MapperReport
     from loadkit.inspection.records import LoadReport, ModelSummary
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
 
-SCHEMA_VERSION = 5  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
 
 
 def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
@@ -57,6 +57,7 @@ class InspectReport:
         loaders: dict[str, LoaderVerdict] | None = None,
         selected_loaders: tuple[str, ...] = ("vllm",),
         from_pretrained: FromPretrained | None = None,
+        not_offered: NotOffered | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
@@ -71,6 +72,9 @@ class InspectReport:
         self.loaders = loaders
         self.selected_loaders = selected_loaders
         self.from_pretrained = from_pretrained
+        # Rules the suggester considered and refused when it offers no fix (with a fix, its
+        # own ``rejected`` holds them).
+        self.not_offered = not_offered
         self._layouts: dict[bool, LayoutNode] = {}  # built on first use
 
     def __repr__(self) -> str:
@@ -95,38 +99,51 @@ class InspectReport:
 
     @property
     def clean(self) -> bool | None:
-        """Would the checkpoint load cleanly into the model? ``None`` without a model."""
+        """Would every selected loader load the checkpoint cleanly, ``--tp`` and
+        ``--strict-index`` included? ``False`` exactly when ``exit_status`` is 1; ``None``
+        without a model (``load.clean`` is the dry load's alone)."""
         if self.load is None:
             return None
         if self.loaders:
             return all(self.loaders[n].clean for n in self.selected_loaders)
-        return self.load.clean and not self.checkpoint.failing
+        tp_ok = self.tensor_parallel is None or self.tensor_parallel.ok
+        return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
+
+    @property
+    def _strict_fails(self) -> bool:
+        return self.strict_index and bool(self.checkpoint.inconsistent)
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: every tensor the index names can be read),
-        an inconsistent index included (a key in another shard than it says, one it does not
-        list, a wrong ``total_size``); 1: it would not, a tensor cannot be read, (with
-        ``strict_index``) the index is inconsistent, or (with ``tp``) the ranks could not hold
-        it."""
-        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        strict = self.strict_index and bool(self.checkpoint.inconsistent)
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails or strict else 0
+        """0: loads cleanly by every selected loader (or, without a model, every tensor the
+        index names can be read), an inconsistent index included (a key in another shard than
+        it says, one it does not list, a wrong ``total_size``); 1: it would not (``clean`` is
+        ``False``: a loader's problem, a tensor that cannot be read, with ``strict_index`` an
+        inconsistent index, with ``tp`` vLLM's refusal or a rank that cannot hold it)."""
+        if self.clean is None:
+            return 1 if self.checkpoint.failing or self._strict_fails else 0
+        return 0 if self.clean else 1
 
     def problems(self) -> list[str]:
-        """Short descriptions of what keeps the checkpoint from loading cleanly."""
+        """Short descriptions of what keeps the checkpoint from loading cleanly: with several
+        selected loaders each one's verdict, named; else the index's, the load's and (for
+        ``vllm``) what ``--tp`` found."""
+        if self.loaders and len(self.selected_loaders) > 1:
+            chosen = [self.loaders[n] for n in self.selected_loaders]
+            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
             out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
-        if self.strict_index and self.checkpoint.inconsistent:
+        if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
-            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
+            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} under --strict-index")
         if self.load is not None and "vllm" in self.selected_loaders:
             out += self.load.problems()
+            out += self.tensor_parallel.problems() if self.tensor_parallel is not None else []
         if self.from_pretrained is not None and "transformers" in self.selected_loaders:
-            out += [f"transformers: {p}" for p in self.from_pretrained.problems()]
-        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
+            out += self.from_pretrained.problems()
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +156,7 @@ class InspectReport:
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "not_offered": self.not_offered.as_list() if self.not_offered else [],
             "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
             "selected_loaders": list(self.selected_loaders),
             "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,

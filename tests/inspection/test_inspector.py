@@ -448,6 +448,7 @@ def test_json_round_trip_has_every_section(tmp_path):
         "load",
         "tensor_parallel",
         "suggested_fix",
+        "not_offered",
         "loaders",
         "selected_loaders",
         "transformers",

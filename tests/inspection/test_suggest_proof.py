@@ -5,13 +5,14 @@ The published all-MiniLM-L6-v2 is a 6-layer BERT; a conversion script that numbe
 mutation renames its keys.
 """
 
+import json
 import re
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from loadkit.inspection.fix import suggest_fix
+from loadkit.inspection.fix import NotOffered, suggest_fix
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.records import KeyOutcome, LoadReport, Missing, Unexpected
 from loadkit.inspection.suggest import find_shifts, renumberings
@@ -129,6 +130,87 @@ def test_a_scrambling_rule_is_never_offered_even_when_the_second_load_is_clean()
     load.unexpected.append(Unexpected("layer.6.k", "layer.6.k", "no such name"))
     load.keys.append(KeyOutcome("layer.6.k", "unexpected", "layer.6.k"))
     ck.append("layer.6.k")
-    assert suggest_fix(load, None, retry) is None
+    refused = suggest_fix(load, None, retry)
     # the rule was tried (its second load is clean), then refused for what it does to layer 6
     assert [list(m.rules()) for m in tried] == [[("substr", ".6.", ".0.")]]
+    assert isinstance(refused, NotOffered)
+    ((rule, why),) = refused.rejected
+    assert (rule.stage, rule.old, rule.new) == ("substr", ".6.", ".0.")
+    assert why == (
+        "it would send checkpoint layers 6 -> 0 (layer.N) while layers 1..3 keep their numbers: "
+        "a scrambled model"
+    )
+
+
+@pytest.fixture(scope="module")
+def bert4(tmp_path_factory, quiet_transformers):
+    """A 4-layer BertModel transformers saved, and two conversions the suggester cannot fix:
+    layer 0 saved as layer 6, and each layer's ``output.dense`` flattened to ``dense``."""
+    import shutil
+
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=16, num_hidden_layers=4, num_attention_heads=2, intermediate_size=32,
+        vocab_size=64, max_position_embeddings=32,
+    )  # fmt: skip
+    root = tmp_path_factory.mktemp("bert4")
+    transformers.BertModel(config).save_pretrained(root / "clean")
+    tensors = load_file(root / "clean" / "model.safetensors")
+    out = {}
+    for name, rename in [
+        ("layer-0-as-6", lambda k: k.replace("layer.0.", "layer.6.")),
+        ("flat-dense", lambda k: re.sub(r"(layer\.\d+)\.output\.dense", r"\1.dense", k)),
+    ]:
+        (root / name).mkdir()
+        shutil.copy(root / "clean" / "config.json", root / name / "config.json")
+        save_file({rename(k): v for k, v in tensors.items()}, root / name / "model.safetensors")
+        out[name] = root / name
+    return out
+
+
+def _not_offered_lines(report):
+    return [line for line in report.render().splitlines() if "not offered" in line]
+
+
+def test_a_rule_refused_for_scrambling_layers_is_said_when_no_fix_is_offered(bert4, loadkit_cli):
+    r = inspect_checkpoint(bert4["layer-0-as-6"], model="hf")
+    assert r.fix is None and r.exit_status == 1
+    why = (
+        "it would send checkpoint layers 6 -> 0 (model.encoder.layer.N) while layers 1..3 keep "
+        "their numbers: a scrambled model"
+    )
+    assert [(x.stage, x.old, x.new, w) for x, w in r.not_offered.rejected] == [
+        ("substr", ".6.", ".0.", why)
+    ]
+    line = f"not offered: substr '.6.' -> '.0.': {why}"
+    assert _not_offered_lines(r) == [line]
+    assert "suggested fix" not in r.render()
+    res = loadkit_cli("inspect", bert4["layer-0-as-6"], "--model", "hf", "--json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["suggested_fix"] is None
+    assert doc["not_offered"] == [{"stage": "substr", "old": ".6.", "new": ".0.", "why": why}]
+    text = loadkit_cli("inspect", bert4["layer-0-as-6"], "--model", "hf")
+    assert line in text.stdout.splitlines() and text.returncode == 1
+
+
+def test_a_rule_whose_second_load_is_worse_is_said_when_no_fix_is_offered(bert4):
+    # Two pairs per layer vote for one regex: a number, then 'output.' inserted. It fires on
+    # every numbered name, so the second load has more problems than the first.
+    r = inspect_checkpoint(bert4["flat-dense"], model="hf")
+    assert r.fix is None and r.load.problems() == ["8 unexpected", "8 model tensors never filled"]
+    ((rule, why),) = r.not_offered.rejected
+    assert (rule.stage, rule.old, rule.new) == ("regex", r"(\d+)\.", r"\g<1>.output.")
+    assert why == (
+        "the load simulated again with it is no better: 112 problems, 16 without "
+        "(56 unexpected, 56 model tensors never filled)"
+    )
+    assert _not_offered_lines(r) == [f"not offered: regex {rule.old!r} -> {rule.new!r}: {why}"]
+    assert json.loads(r.to_json())["not_offered"][0]["why"] == why
+
+
+def test_nothing_refused_nothing_said(minilm):
+    r = inspect_checkpoint(minilm, model="hf")
+    assert r.fix is not None and r.not_offered is None
+    assert json.loads(r.to_json())["not_offered"] == []

@@ -440,9 +440,9 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
     )
     add(
         "shape mismatches",
-        ["checkpoint key", "parameter", "parameter shape", "checkpoint shape"],
+        ["checkpoint key", "model tensor", "checkpoint shape", "model shape"],
         [
-            [s.name, s.param, list(s.param_shape or ()), list(s.weight_shape)]
+            [s.name, s.param, list(s.weight_shape), list(s.param_shape or ())]
             for s in load.shape_mismatches
         ],
     )

@@ -155,8 +155,8 @@ def test_casts_are_summarised_by_kind_and_strict_dtype_fails_them(tmp_path):
     assert groups == [("bfloat16", "float32", 32), ("float16", "float32", 1)]
     assert r.clean is True
     text = r.render()
-    assert "32 tensors bfloat16 -> float32" in text
-    assert "1 tensor  float16 -> float32  (unlike the checkpoint's bfloat16 tensors)" in text
+    assert "    32 tensors bfloat16 -> float32" in text
+    assert "    1 tensor float16 -> float32  (unlike the checkpoint's bfloat16 tensors)" in text
     assert text.count("-> float32") == 2  # one line per kind, not one per key
     strict = inspect_checkpoint(f, model=Encoder, rules=LoadRules(strict_dtype=True))
     assert strict.clean is False and "33 dtype casts (--strict-dtype)" in strict.load.problems()

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
+from loadkit.fmt import plural
 
 if TYPE_CHECKING:
     from loadkit.inspection.records import LoadReport
@@ -85,8 +86,7 @@ def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]
     others = [p for p in failing if p.kind not in ("missing shard", "unreadable shard")]
     others = [p for p in others if p.kind != "in two shards"]
     if others:
-        n = len(others)
-        out.append(f"{n} index problem{'s' if n != 1 else ''} ({others[0].kind})")
+        out.append(f"{plural(len(others), 'index problem')} ({others[0].kind})")
     return out
 
 
@@ -95,7 +95,7 @@ def _strict(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
     m = len(checkpoint.inconsistent)
     if not (strict_index and m):
         return []
-    return [f"{m} index inconsistenc{'ies' if m != 1 else 'y'} under --strict-index"]
+    return [f"{plural(m, 'index inconsistency', 'index inconsistencies')} under --strict-index"]
 
 
 def vllm_verdict(

@@ -3,10 +3,11 @@
 ``Chart`` is a small anywidget: the whole figure is one synced trait, so the frontend always
 draws the latest figure (plotly's ``FigureWidget`` sends its data after the widget opens and
 patches it by messages, and a view that renders in between stays blank), and it follows the
-output's width. ``Panel`` lays widgets out above a chart. Both display as one output whose
-mime bundle holds the live widget, a PNG of the chart as it was displayed (made with kaleido
-when a Chromium is there) and one line of plain text: JupyterLab shows the widget, a code host
-or nbviewer the picture, nbval compares the text.
+output's width. ``Panel`` lays widgets out above a chart; ``Picture`` is a figure's picture alone
+(a later state of a live chart, kept where the story shows it). A chart or a panel displays as
+one output whose mime bundle holds the live widget, a PNG of the chart as it was displayed (made
+with kaleido when a Chromium is there) and one line of plain text: JupyterLab shows the widget, a
+code host or nbviewer the picture, nbval compares the text.
 
 plotly, ipywidgets, anywidget and kaleido are the ``notebooks`` extra: import this module only
 from notebook code.
@@ -83,6 +84,27 @@ class Panel(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         return with_static(super()._repr_mimebundle_(**kwargs), self.chart, self.text)
+
+
+class Picture:
+    """A figure's picture as it is now, with no live widget: a later state of a live chart,
+    kept at its place in the story for every reader (JupyterLab, a code host, nbviewer). Its
+    text is ``picture: <title>``; the PNG is there when one can be made (``static_png``).
+
+    >>> Picture(go.Figure(layout={"title": "after the fix"})).text
+    'picture: after the fix'
+    """
+
+    def __init__(self, fig: go.Figure) -> None:
+        self.fig = fig
+        self.text = "picture: " + (fig.layout.title.text or "")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        data: dict[str, Any] = {"text/plain": self.text}
+        png = static_png(self.fig)
+        if png is not None:
+            data["image/png"] = base64.b64encode(png).decode("ascii")
+        return data
 
 
 def with_static(bundle: Any, chart: Chart | None, text: str) -> dict[str, Any]:

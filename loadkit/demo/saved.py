@@ -70,7 +70,7 @@ def problems(path: str | Path, max_columns: int | None = WIDTH) -> list[str]:
         if view is not None and view.get("model_id") not in alive:
             found.append(f"{path.name} cell {i}: a widget view without saved state (dead widget)")
         plain = "".join(data.get("text/plain", ""))
-        if plain.startswith("chart") and "image/png" not in data:
+        if plain.startswith(("chart", "picture")) and "image/png" not in data:
             found.append(f"{path.name} cell {i}: {plain.splitlines()[0]!r} has no picture")
         if plain.startswith(("FigureWidget(", "Figure(")):
             found.append(f"{path.name} cell {i}: a figure's repr as text ({plain[:30]}...)")

@@ -262,6 +262,10 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     panel.model.value = "hf"  # typed, not picked: the field takes any spec
     assert panel.error is None and panel.report.model.cls == "TransformersForCausalLM"
     assert "model.h.0.attn.c_attn.bias" in panel.summary()  # vLLM's pitfall on GPT-2
+    # the picture names each loader's verdict, and whose load its colours show
+    verdict = "transformers: loads cleanly, vllm: would NOT load (colours: the vllm load)"
+    assert verdict in panel.figure.layout.annotations[0].text
+    assert debug.key_fates(panel.report)["transformer.h.0.attn.c_attn.bias"] == "dropped by mapper"
     mapper = debug.report_sections(panel.report, "mapper", verdict=False)
     assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
     assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper

@@ -20,15 +20,18 @@ def test_problems_are_found(tmp_path):
         "output_type": "display_data",
         "data": {saved.WIDGET_VIEW: {"model_id": "gone"}, "text/plain": "chart: t"},
     }
+    bare = {"output_type": "display_data", "data": {"text/plain": "picture: p"}}
     long = {"output_type": "stream", "name": "stdout", "text": "x" * 101 + "\n"}
     wide = {"output_type": "execute_result", "data": {"text/plain": "ok\n" + "y" * 102}}
     error = {"output_type": "error", "ename": "E", "evalue": "z" * 103, "traceback": []}
     path = tmp_path / "nb.ipynb"
     cells = [{"outputs": [out, long]}, {"outputs": [wide]}, {"outputs": [error]}]
+    cells.append({"outputs": [bare]})
     path.write_text(json.dumps({"cells": cells, "metadata": {}}))
     found = saved.problems(path)
     assert any("dead widget" in f for f in found)
     assert any("'chart: t' has no picture" in f for f in found)
+    assert "nb.ipynb cell 3: 'picture: p' has no picture" in found
     assert "nb.ipynb cell 0: a line of 101 columns: " + "x" * 60 + "..." in found
     assert "nb.ipynb cell 1: a line of 102 columns: " + "y" * 60 + "..." in found
     assert "nb.ipynb cell 2: a line of 103 columns: " + "z" * 60 + "..." in found

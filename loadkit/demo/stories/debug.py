@@ -268,7 +268,14 @@ def _title(report: InspectReport) -> str:
 def _verdict(report: InspectReport) -> str:
     if report.clean is None or report.model is None:
         return "header only (no model)"
-    return f"{'loads cleanly' if report.clean else 'would NOT load'} into {report.model.cls}"
+
+    def said(clean: bool) -> str:
+        return "loads cleanly" if clean else "would NOT load"
+
+    if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
+        each = ", ".join(f"{n}: {said(v.clean)}" for n, v in report.loaders.items())
+        return f"{report.model.cls}, {each} (colours: the vllm load)"
+    return f"{said(bool(report.clean))} into {report.model.cls}"
 
 
 def treemap_figure(report: InspectReport) -> Any:

@@ -131,13 +131,24 @@ def _column(label: str) -> float:
     return 0.001 if label.startswith("ckpt: ") else 0.999 if label.startswith("model: ") else 0.5
 
 
-def _rows(labels: list[str]) -> list[float]:
-    """Each node's height in its column: spread evenly, in the order the nodes come."""
-    column = [_column(x) for x in labels]
-    out = []
-    for i, c in enumerate(column):
-        mates = [j for j, d in enumerate(column) if d == c]
-        out.append(0.001 + 0.998 * mates.index(i) / max(len(mates) - 1, 1))
+def _rows(cols: dict[str, list[Any]]) -> list[float]:
+    """Each node's centre in its column (0 top, 1 bottom): the nodes stacked in the order they
+    come, each as tall as the names through it, a gap between them."""
+    labels = cols["labels"]
+    through = [0] * len(labels)
+    for side in ("source", "target"):
+        for i, v in zip(cols[side], cols["value"], strict=True):
+            through[i] = max(through[i], v)
+    out = [0.0] * len(labels)
+    for column in {_column(x) for x in labels}:
+        mates = [i for i, x in enumerate(labels) if _column(x) == column]
+        total = sum(through[i] for i in mates)
+        gap = 0.12 * total
+        span = total + gap * (len(mates) - 1)
+        top = 0.0
+        for i in mates:
+            out[i] = (top + through[i] / 2) / span
+            top += through[i] + gap
     return out
 
 
@@ -166,7 +177,7 @@ def sankey_figure(ledger: LoadLedger) -> Any:
                 # Three columns, fates in the middle (plotly would push a fate with no flow
                 # onwards to the right edge, among the model's modules).
                 "x": [_column(x) for x in labels],
-                "y": _rows(labels),
+                "y": _rows(cols),
                 "line": {"color": "white", "width": 1},
             },
             link={

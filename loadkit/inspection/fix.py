@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from loadkit.inspection.records import LoadReport
 from loadkit.inspection.suggest import (
+    Ambiguity,
     Renumbering,
     Rule,
     Shift,
     Suggestion,
+    ambiguities,
     find_shifts,
     infer_rules,
     mapper_json,
@@ -50,11 +52,15 @@ class SuggestedFix:
     replace: bool = False  # the rules given replaced the model's (--replace-mapper)
     # Other loaders also judged (transformers): a mapper is vLLM's, so the flag selects vllm
     other_loaders: tuple[str, ...] = ()
+    # Pairs the second load cannot prove: another missing tensor has the key's shape too
+    ambiguous: list[Ambiguity] = field(default_factory=list)
 
     @property
     def proven(self) -> bool:
-        """The second load is clean, every shape matches and no numbered sibling moved unevenly."""
-        return self.result.clean and not self.result.shape_mismatches and not self.scrambled
+        """The second load is clean, every shape matches, no numbered sibling moved unevenly, and
+        no key would fit another missing tensor as well (the names alone chose)."""
+        clean = self.result.clean and not self.result.shape_mismatches
+        return clean and not self.scrambled and not self.ambiguous
 
     @property
     def rules(self) -> list[Rule]:
@@ -73,8 +79,20 @@ class SuggestedFix:
         return flag + (" --loader vllm" if self.other_loaders else "")
 
     def explained_keys(self) -> dict[str, int]:
-        """Looked-up key name -> index of the rule that explains it."""
-        return {key: i for i, s in enumerate(self.suggestions) for key, _ in s.pairs}
+        """Looked-up key name -> index of the rule that explains it (a pair the shapes cannot
+        settle explains nothing)."""
+        unsure = {a.key for a in self.ambiguous}
+        return {
+            key: i
+            for i, s in enumerate(self.suggestions)
+            for key, _ in s.pairs
+            if key not in unsure
+        }
+
+    def explained_tensors(self) -> set[str]:
+        """The missing model tensors the rules fill (a pair the shapes cannot settle: none)."""
+        unsure = {a.chosen for a in self.ambiguous}
+        return {t for s in self.suggestions for _, t in s.pairs if t not in unsure}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +117,15 @@ class SuggestedFix:
                 for sh in self.shifts
             ],
             "rejected": refused_as_list(self.rejected),
+            "ambiguous": [
+                {
+                    "key": a.key,
+                    "chosen": a.chosen,
+                    "alternatives": list(a.alternatives),
+                    "shape": list(a.shape),
+                }
+                for a in self.ambiguous
+            ],
             "mapper": self.mapper,
             "mapper_complete": self.complete,
             "proven": self.proven,
@@ -187,6 +214,12 @@ def _shift_suggestions(shift: Shift, looked_up: dict[str, str]) -> list[Suggesti
     return out
 
 
+def _ambiguous(load: LoadReport, inferred: list[Suggestion]) -> list[Ambiguity]:
+    """The inferred rules' pairs that another missing tensor of the key's shape could take."""
+    shapes = {u.looked_up: u.shape for u in load.unexpected if u.shape is not None}
+    return ambiguities(inferred, shapes, {m.name: m.shape for m in load.missing})
+
+
 def _no_better(load: LoadReport, result: LoadReport, rules: int) -> str:
     """Why rules whose second load has as many problems as the first, or more, are refused."""
     it = "it" if rules == 1 else "them"
@@ -229,6 +262,7 @@ def suggest_fix(
     shifts = find_shifts(looked_up, model_names)
     shifted = tuple(s.context + "." for s in shifts)
     suggestions = [x for s in shifts for x in _shift_suggestions(s, looked_up)]
+    shift_rules = {s.rule for s in suggestions}  # their pairs differ by a number alone
     pairs = [
         (looked_up[m.suggestions[0]], m.name)
         for m in load.missing
@@ -258,6 +292,8 @@ def suggest_fix(
     # --mapper extends the model's rules: the flag holds the rules given and the new ones
     base = mapper_as_json(given)
     flag = new if base is None else mapper_json(base, rules)
+    unsure = _ambiguous(load, [s for s in suggestions if s.rule not in shift_rules])
     return SuggestedFix(
-        suggestions, flag, base is not None, result, shifts, rejected, scrambled, replace
-    )
+        suggestions, flag, base is not None, result, shifts, rejected, scrambled, replace,
+        ambiguous=unsure,
+    )  # fmt: skip

@@ -13,9 +13,10 @@ order this module defines them:
    then traces the mapper the load used;
 5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
    the rules considered and refused, and why);
-   ``judge_loaders`` then gives one verdict per loader the model has (``vllm``, and for a
-   transformers model ``transformers``: ``from_pretrained`` simulated on the meta device);
-6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device;
+6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
+   checked as vLLM checks it); ``judge_loaders`` then gives one verdict per loader the model has
+   (``vllm``, with what it makes of ``tp``, and for a transformers model ``transformers``:
+   ``from_pretrained`` simulated on the meta device);
 7. the report (``loadkit.inspection.report.InspectReport``) holds the records; ``announce_fix``
    announces a suggested fix (an audit event).
 
@@ -151,8 +152,8 @@ def inspect(options: InspectOptions) -> InspectReport:
         loaded = load(options, read, built, names, progress)
         mapper = trace_mapper(options, read, built, loaded, names)
         fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
-        verdicts = judge_loaders(options, read, built, loaded)
         plan = plan_tensor_parallel(options, read)
+        verdicts = judge_loaders(options, read, built, loaded, plan)
     report = InspectReport(
         read.summary,
         mapper,
@@ -394,34 +395,6 @@ def suggest_fixes(
     return found, None
 
 
-def judge_loaders(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel, loaded: DryLoad
-) -> LoaderVerdicts:
-    """``vllm``'s verdict from the dry load, and for a model built from a transformers class
-    ``transformers``'s (``from_pretrained``, simulated on meta), when ``options.loader`` asks."""
-    from loadkit.inspection.loaders import (
-        TRANSFORMERS,
-        VLLM,
-        available_loaders,
-        select_loaders,
-        transformers_verdict,
-        vllm_verdict,
-    )
-
-    available = available_loaders(built.module)
-    selected = select_loaders(options.loader, available)
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary)}
-    from_pretrained = None
-    if TRANSFORMERS in selected:
-        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
-
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = from_pretrained_verdict(config, read.infos)
-        verdicts[TRANSFORMERS] = transformers_verdict(from_pretrained, read.summary)
-    loaders = {n: verdicts[n] for n in available if n in verdicts}
-    return LoaderVerdicts(loaders, selected, from_pretrained)
-
-
 def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
     """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
     if options.tp is None:
@@ -443,6 +416,42 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)
+
+
+def judge_loaders(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    plan: TPReport | None = None,
+) -> LoaderVerdicts:
+    """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
+    model built from a transformers class ``transformers``'s (``from_pretrained``, simulated on
+    meta), when ``options.loader`` asks; ``--strict-index`` fails both alike."""
+    from loadkit.inspection.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    available = available_loaders(built.module)
+    selected = select_loaders(options.loader, available)
+    strict = options.strict_index
+    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    from_pretrained = None
+    if TRANSFORMERS in selected:
+        from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        from_pretrained = from_pretrained_verdict(config, read.infos)
+        verdicts[TRANSFORMERS] = transformers_verdict(
+            from_pretrained, read.summary, strict_index=strict
+        )
+    loaders = {n: verdicts[n] for n in available if n in verdicts}
+    return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
 def announce_fix(options: InspectOptions, report: InspectReport) -> None:

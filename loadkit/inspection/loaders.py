@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.records import LoadReport
     from loadkit.inspection.simulate.from_pretrained import FromPretrained
     from loadkit.inspection.summary import CheckpointSummary
+    from loadkit.inspection.tensor_parallel.plan import TPReport
 
 VLLM = "vllm"
 TRANSFORMERS = "transformers"
@@ -56,14 +57,26 @@ def _names(kind: str, names: list[str]) -> str:
     return f"{len(names)} {kind}: {shown}"
 
 
-def _index_problems(checkpoint: CheckpointSummary) -> list[str]:
-    n = len(checkpoint.failing)
-    return [f"{n} index problem{'s' if n != 1 else ''}"] if n else []
+def _index_problems(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
+    """The index problems every loader shares: those that stop the load, and with
+    ``strict_index`` the inconsistencies."""
+    n, m = len(checkpoint.failing), len(checkpoint.inconsistent)
+    out = [f"{n} index problem{'s' if n != 1 else ''}"] if n else []
+    if strict_index and m:
+        out.append(f"{m} index inconsistenc{'ies' if m != 1 else 'y'} under --strict-index")
+    return out
 
 
-def vllm_verdict(load: LoadReport, checkpoint: CheckpointSummary) -> LoaderVerdict:
-    """The ``vllm`` loader's verdict from the simulated load."""
-    problems = _index_problems(checkpoint)
+def vllm_verdict(
+    load: LoadReport,
+    checkpoint: CheckpointSummary,
+    *,
+    tp: TPReport | None = None,
+    strict_index: bool = False,
+) -> LoaderVerdict:
+    """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
+    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp)."""
+    problems = _index_problems(checkpoint, strict_index)
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
     if load.failing_missing:
@@ -73,13 +86,17 @@ def vllm_verdict(load: LoadReport, checkpoint: CheckpointSummary) -> LoaderVerdi
     # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
     counted = ("unexpected", "shape mismatch", "never filled")
     problems += [p for p in load.problems() if not any(c in p for c in counted)]
-    clean = load.clean and not checkpoint.failing
-    return LoaderVerdict(VLLM, clean, problems if not clean else [])
+    problems += tp.problems() if tp is not None else []
+    clean = load.clean and not problems
+    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
 
 
-def transformers_verdict(result: FromPretrained, checkpoint: CheckpointSummary) -> LoaderVerdict:
-    """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists."""
-    problems = _index_problems(checkpoint)
+def transformers_verdict(
+    result: FromPretrained, checkpoint: CheckpointSummary, *, strict_index: bool = False
+) -> LoaderVerdict:
+    """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
+    index."""
+    problems = _index_problems(checkpoint, strict_index)
     if result.unexpected:
         problems.append(_names("unexpected", list(result.unexpected)))
     if result.missing:
@@ -88,8 +105,7 @@ def transformers_verdict(result: FromPretrained, checkpoint: CheckpointSummary) 
         kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
         problems.append(_names(kind, [m.name for m in result.mismatched]))
     problems += list(result.errors)
-    clean = result.clean and not checkpoint.failing
-    return LoaderVerdict(TRANSFORMERS, clean, problems if not clean else [])
+    return LoaderVerdict(TRANSFORMERS, not problems, problems)
 
 
 def headline(verdicts: list[LoaderVerdict]) -> str:

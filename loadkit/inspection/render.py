@@ -251,7 +251,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     lines += _refused(fix.rejected, limit, "  ")
     if not n:
         return lines
-    return lines + _fix_flag(fix, these)
+    return lines + _fix_flag(fix, these, limit)
 
 
 def _refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
@@ -263,7 +263,7 @@ def _refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[
     return _capped(rows, len(rows), limit, indent)
 
 
-def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
+def _fix_flag(fix: SuggestedFix, these: str, limit: int) -> list[str]:
     """The ``--mapper`` to paste, and what the load does with it."""
     lines = [f"  {fix.flag}"]
     if not fix.complete:
@@ -287,8 +287,18 @@ def _fix_flag(fix: SuggestedFix, these: str) -> list[str]:
         )
     elif fix.scrambled:
         lines.append(f"  NOT proven: {'; '.join(printable(r.words()) for r in fix.scrambled)}")
+    elif fix.result.clean:
+        vllm = " (vllm)" if fix.other_loaders else ""
+        lines.append(f"  would load cleanly with {these}{vllm}, but NOT proven:")
     else:
         lines.append(f"  with {these} it would still NOT load: {_problems(fix.result.problems())}")
+    if fix.ambiguous:
+        lines.append(
+            "  shapes cannot tell these tensors apart: with a key in another of them the load "
+            "would be as clean; the names alone chose (check each)"
+        )
+        rows = [f"    {printable(a.words())}" for a in fix.ambiguous]
+        lines += _capped(rows, len(rows), limit)
     return lines
 
 
@@ -337,7 +347,7 @@ def _load(
     if load.failure:
         lines.append(f"  load failed: {printable(load.failure)}")
     explained = fix.explained_keys() if fix else {}
-    by_fix = {tensor for s in fix.suggestions for _, tensor in s.pairs} if fix else set()
+    by_fix = fix.explained_tensors() if fix else set()
     unexpected = [u for u in load.unexpected if not (fix and u.looked_up in explained)]
     lines += _section(
         "unexpected names",
@@ -538,8 +548,6 @@ def _model(m: ModelSummary) -> list[str]:
 
 def _final_verdict(r: Report, head: str | None) -> list[str]:
     """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
-    tp = r.tensor_parallel
-    tp_problems = tp.problems() if tp is not None else []
     inconsistent = len(r.checkpoint.inconsistent)
     strict = r.strict_index and inconsistent
     index = (
@@ -557,7 +565,7 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         return [
             f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
         ]
-    if not tp_problems and not strict and (head is not None or r.clean):
+    if head is not None or r.clean:  # each loader's column says its own problems
         return _loads(r, head, index)
     lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
@@ -569,7 +577,9 @@ def _loads(r: Report, head: str | None, index: str) -> list[str]:
     """The verdict when the selected loaders say it loads (or, with ``head``, each loader's)."""
     tp = r.tensor_parallel
     where = ""
-    if tp is not None and tp.simulated:
+    if tp is not None and not tp.ok:  # vLLM's refusal: its column says it
+        pass
+    elif tp is not None and tp.simulated:
         where = f" on each of {tp.tp} ranks"
     elif tp is not None:  # nothing was loaded per rank: say what was checked
         where = (

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from loadkit.inspection.tensor_parallel.plan import TPReport
     from loadkit.pooling.probe import ProbeRecord
 
-SCHEMA_VERSION = 5  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
 
 
 def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
@@ -99,38 +99,51 @@ class InspectReport:
 
     @property
     def clean(self) -> bool | None:
-        """Would the checkpoint load cleanly into the model? ``None`` without a model."""
+        """Would every selected loader load the checkpoint cleanly, ``--tp`` and
+        ``--strict-index`` included? ``False`` exactly when ``exit_status`` is 1; ``None``
+        without a model (``load.clean`` is the dry load's alone)."""
         if self.load is None:
             return None
         if self.loaders:
             return all(self.loaders[n].clean for n in self.selected_loaders)
-        return self.load.clean and not self.checkpoint.failing
+        tp_ok = self.tensor_parallel is None or self.tensor_parallel.ok
+        return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
+
+    @property
+    def _strict_fails(self) -> bool:
+        return self.strict_index and bool(self.checkpoint.inconsistent)
 
     @property
     def exit_status(self) -> int:
-        """0: loads cleanly (or no model to load into: every tensor the index names can be read),
-        an inconsistent index included (a key in another shard than it says, one it does not
-        list, a wrong ``total_size``); 1: it would not, a tensor cannot be read, (with
-        ``strict_index``) the index is inconsistent, or (with ``tp``) the ranks could not hold
-        it."""
-        tp_fails = self.tensor_parallel is not None and not self.tensor_parallel.ok
-        strict = self.strict_index and bool(self.checkpoint.inconsistent)
-        return 1 if self.clean is False or self.checkpoint.failing or tp_fails or strict else 0
+        """0: loads cleanly by every selected loader (or, without a model, every tensor the
+        index names can be read), an inconsistent index included (a key in another shard than
+        it says, one it does not list, a wrong ``total_size``); 1: it would not (``clean`` is
+        ``False``: a loader's problem, a tensor that cannot be read, with ``strict_index`` an
+        inconsistent index, with ``tp`` vLLM's refusal or a rank that cannot hold it)."""
+        if self.clean is None:
+            return 1 if self.checkpoint.failing or self._strict_fails else 0
+        return 0 if self.clean else 1
 
     def problems(self) -> list[str]:
-        """Short descriptions of what keeps the checkpoint from loading cleanly."""
+        """Short descriptions of what keeps the checkpoint from loading cleanly: with several
+        selected loaders each one's verdict, named; else the index's, the load's and (for
+        ``vllm``) what ``--tp`` found."""
+        if self.loaders and len(self.selected_loaders) > 1:
+            chosen = [self.loaders[n] for n in self.selected_loaders]
+            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
             out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
-        if self.strict_index and self.checkpoint.inconsistent:
+        if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
-            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} (--strict-index)")
+            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} under --strict-index")
         if self.load is not None and "vllm" in self.selected_loaders:
             out += self.load.problems()
+            out += self.tensor_parallel.problems() if self.tensor_parallel is not None else []
         if self.from_pretrained is not None and "transformers" in self.selected_loaders:
-            out += [f"transformers: {p}" for p in self.from_pretrained.problems()]
-        return out + (self.tensor_parallel.problems() if self.tensor_parallel is not None else [])
+            out += self.from_pretrained.problems()
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         return {

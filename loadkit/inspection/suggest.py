@@ -12,7 +12,7 @@ load again with it. Torch-free.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from loadkit.inspection.renames import shared_ends
@@ -113,6 +113,82 @@ def infer_rules(pairs: Iterable[tuple[str, str]]) -> list[Suggestion]:
         if len(out) == MAX_RULES:
             break
     return out
+
+
+# --- pairs that the shapes cannot settle ---------------------------------------------------------
+
+# Renamings transformers itself applies to legacy checkpoints (``PreTrainedModel``'s key fix on
+# load: ``gamma`` -> ``weight``, ``beta`` -> ``bias``): a convention, not a guess by name.
+_CONVENTIONS = {("gamma", "weight"), ("beta", "bias")}
+
+
+class Ambiguity(NamedTuple):
+    """A pair the second load cannot prove: other tensors the model misses, in the same place,
+    have the key's shape too, so only the names chose (``wq`` into ``o_proj`` loads as cleanly
+    as into ``q_proj``)."""
+
+    key: str  # the name the key was looked up as
+    chosen: str  # the model tensor the rule sends it to
+    alternatives: tuple[str, ...]  # other missing tensors of the same shape, in the same place
+    shape: tuple[int, ...]
+
+    def words(self) -> str:
+        others = " or ".join(f"'{a}'" for a in self.alternatives[:2])
+        more = f" (and {len(self.alternatives) - 2} more)" if len(self.alternatives) > 2 else ""
+        return (
+            f"'{self.key}' {list(self.shape)} -> '{self.chosen}'; {others}{more} has that shape too"
+        )
+
+
+def ambiguities(
+    suggestions: Iterable[Suggestion],
+    key_shapes: Mapping[str, tuple[int, ...]],
+    missing: Mapping[str, tuple[int, ...]],
+) -> list[Ambiguity]:
+    """The pairs of ``suggestions`` whose key would fit another missing tensor as well.
+
+    A pair's key and tensor share components at both ends (``model.layers.0`` ... ``weight``);
+    another missing tensor with the same ends and the key's shape could have taken the key, and
+    a load with it would be as clean. ``key_shapes``: looked-up key name -> its tensor's shape;
+    ``missing``: the model's missing tensors -> their shapes (before the rules).
+
+    Example:
+        >>> pair = ("l.0.wq.weight", "l.0.o_proj.weight")
+        >>> rule = Suggestion(Rule("substr", ".wq.", ".o_proj."), [pair])
+        >>> missing = {"l.0.o_proj.weight": (4, 4), "l.0.q_proj.weight": (4, 4)}
+        >>> [a.alternatives for a in ambiguities([rule], {"l.0.wq.weight": (4, 4)}, missing)]
+        [('l.0.q_proj.weight',)]
+    """
+    out = []
+    for suggestion in suggestions:
+        for key, chosen in suggestion.pairs:
+            shape = key_shapes.get(key)
+            if shape is None:
+                continue
+            a, b = key.split("."), chosen.split(".")
+            front, back = shared_ends(a, b)
+            if (
+                ".".join(a[front : len(a) - back]),
+                ".".join(b[front : len(b) - back]),
+            ) in _CONVENTIONS:
+                continue
+            head, tail = b[:front], b[len(b) - back :]
+            alternatives = tuple(
+                name
+                for name, its in missing.items()
+                if name != chosen and tuple(its) == tuple(shape) and _between(name, head, tail)
+            )
+            if alternatives:
+                out.append(Ambiguity(key, chosen, alternatives, tuple(shape)))
+    return out
+
+
+def _between(name: str, head: list[str], tail: list[str]) -> bool:
+    """``name`` starts with the components ``head`` and ends with ``tail``, with more between."""
+    parts = name.split(".")
+    if len(parts) <= len(head) + len(tail):
+        return False
+    return parts[: len(head)] == head and parts[len(parts) - len(tail) :] == tail
 
 
 def mapper_json(base: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:

@@ -36,6 +36,8 @@ def size_findings(
     Example:
         >>> [f.subject for f in size_findings(3, heads=4, kv_heads=2, vocab_size=64)]
         ['attention heads', 'kv heads', 'vocabulary']
+        >>> [f.subject for f in size_findings(3, heads=4, kv_heads=4, vocab_size=None)]
+        ['attention heads']
     """
     out: list[TPFinding] = []
     if tp < 1:
@@ -49,7 +51,9 @@ def size_findings(
                 f"{H} attention heads are not divisible by tp={tp}",
             )
         )
-    if KV >= tp and KV % tp:
+    if KV == H and H % tp:
+        pass  # no grouped-query attention: the kv heads are the heads, already refused above
+    elif KV >= tp and KV % tp:
         out.append(TPFinding("error", "kv heads", f"{KV} kv heads are not divisible by tp={tp}"))
     elif KV < tp and tp % KV:
         out.append(

@@ -101,7 +101,7 @@ def test_an_index_every_tensor_still_loads_with_is_inconsistent_not_failing(tmp_
     assert "index problems (1): loads; the index is inconsistent" in r.render()
     assert "; the index is inconsistent (1 problem above" in r.render().splitlines()[-1]
     strict = inspect_checkpoint(folder, strict_index=True)
-    assert strict.exit_status == 1 and "(--strict-index)" in strict.render().splitlines()[-1]
+    assert strict.exit_status == 1 and "under --strict-index" in strict.render().splitlines()[-1]
 
 
 def test_a_tensor_that_cannot_be_read_fails(tmp_path):

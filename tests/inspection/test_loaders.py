@@ -61,7 +61,7 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
 def test_json_has_both_columns(hf_clean, capsys):
     assert main(["inspect", str(hf_clean("bart")), "--model", "hf", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 5 and doc["selected_loaders"] == ["transformers", "vllm"]
+    assert doc["schema"] == 6 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
         "clean": True,

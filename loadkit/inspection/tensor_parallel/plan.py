@@ -21,6 +21,8 @@ from loadkit.inspection.tensor_parallel.rowmap import RowMapEntry, render_row_ma
 from loadkit.inspection.tensor_parallel.share import RankShare, simulate_rank
 from loadkit.parallel.checks import size_findings
 
+REFUSED_BY_CONFIG = "attention heads"  # the one tp check vLLM makes on the config itself
+
 
 @dataclass
 class TPFindingRecord:
@@ -46,10 +48,23 @@ class TPReport:
             r.error for r in self.ranks
         )
 
+    @property
+    def refusal(self) -> TPFindingRecord | None:
+        """The attention heads not divisible by ``tp``: vLLM raises for it before building
+        anything (``ModelConfig.verify_with_parallel_config``, vllm/config/model.py:1367 in
+        0.28.0), so no later check is reached."""
+        errors = (f for f in self.findings if f.severity == "error")
+        return next((f for f in errors if f.subject == REFUSED_BY_CONFIG), None)
+
     def problems(self) -> list[str]:
-        out = [f"tp={self.tp}: {f.message}" for f in self.findings if f.severity == "error"]
-        out += [f"tp={self.tp}: rank {r.rank}: {r.error}" for r in self.ranks if r.error]
-        return out
+        """One phrase for the ``vllm`` verdict (``tp=N`` said once): vLLM's refusal alone when
+        it refuses, else every error of the findings and the ranks."""
+        refusal = self.refusal
+        if refusal is not None:
+            return [f"tp={self.tp} refused: {refusal.message}"]
+        errors = [f.message for f in self.findings if f.severity == "error"]
+        errors += [f"rank {r.rank}: {r.error}" for r in self.ranks if r.error]
+        return [f"tp={self.tp}: {'; '.join(errors)}"] if errors else []
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -139,10 +154,10 @@ def config_findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
     out = []
     for f in size_findings(tp, heads=heads, kv_heads=kv, vocab_size=_int(text, "vocab_size")):
         message = f.message
-        if f.subject == "attention heads":  # vLLM's own words: it refuses this tp
+        if f.subject == REFUSED_BY_CONFIG:  # vLLM's own words (vllm/config/model.py:1368)
             message = (
                 f"Total number of attention heads ({heads}) must be divisible by tensor "
-                f"parallel size ({tp}): vLLM refuses tp={tp}"
+                f"parallel size ({tp})"
             )
         out.append(TPFindingRecord(f.severity, f.subject, message))
     return out

@@ -15,12 +15,13 @@ folder), keeps the tensors a loader following the index would read, and lists:
   loaders following the index never read it, and repositories often ship one).
 
 Each problem has a ``severity``, from what loaders do with the index (vLLM 0.28.0 reads every
-tensor of every file the index names, and raises for a named file that is missing; transformers
-likewise opens every named shard): ``fails`` where a tensor cannot be read (a missing or
-unreadable shard, a listed key no readable listed shard holds, a key stored twice with two
-shapes: one copy cannot fit), ``inconsistent`` where every
-tensor still loads (a key in another listed shard than the index says, a key the index does not
-list, a key in two shards, a wrong ``total_size``), ``note`` for an unindexed shard.
+tensor of every file the index names, never the index's list of keys, and raises for a named
+file that is missing; transformers likewise opens every named shard): ``fails`` where the load
+raises (a missing or unreadable shard, a key stored twice with two shapes: one copy cannot
+fit), ``inconsistent`` where it does not (a key in another listed shard than the index says, a
+key the index does not list, a listed key no listed shard holds: nothing reads it, and a model
+tensor it would fill is reported missing by the dry load; a key in two shards with one shape, a
+wrong ``total_size``), ``note`` for an unindexed shard.
 
 A folder without an index is read the same way (every ``*.safetensors`` is a shard): a key in two
 shards and an unreadable shard are collected too. Only when no shard can be read at all does it
@@ -254,12 +255,17 @@ def _index_vs_shards(
             msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
             problems.append(IndexProblem("missing shard", key, msg, tuple(where), "fails", shard))
         elif shard in headers and key not in headers[shard]:
+            # Loaders read each listed shard's own tensors, never the index's key list (vLLM
+            # 0.28.0: the index only filters files, weight_utils.py:598; transformers likewise):
+            # a listed key that no listed shard holds is not read, and does not stop the load.
+            # A model tensor it would have filled is left missing: the dry load reports that.
             where = located.get(key, [])
             msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
             if where and not read.intersection(where):
                 msg += ", which loaders never read (the index does not name it)"
-            severity = "inconsistent" if read.intersection(where) else "fails"
-            problems.append(IndexProblem("wrong shard", key, msg, tuple(where), severity, shard))
+            if not read.intersection(where):
+                msg += ": nothing reads the key (a model tensor it would fill is left missing)"
+            problems.append(IndexProblem("wrong shard", key, msg, tuple(where), listed=shard))
     return problems
 
 

@@ -446,7 +446,7 @@ def judge_loaders(
         from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
 
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = from_pretrained_verdict(config, read.infos)
+        from_pretrained = from_pretrained_verdict(config, read.infos).under(options.rules)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict
         )

@@ -467,6 +467,13 @@ def _transformers(fp: FromPretrained, limit: int) -> list[str]:
     ):
         lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
         lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
+    for title, names in (
+        ("missing, allowed by --allow-missing", list(fp.allowed)),
+        ("unexpected, taken by the skip and ignore rules", list(fp.ignored)),
+    ):
+        if names:
+            lines.append(f"  {title} ({len(names)})")
+            lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
     raises = "" if fp.ignore_mismatched_sizes else ": from_pretrained raises"
     lines.append(
         f"  shape mismatches ({len(fp.mismatched)})"

@@ -188,3 +188,31 @@ def test_the_command_line_warns_and_keeps_its_exit_status(bert, loadkit_cli):
             "message": res.stdout.splitlines()[-2].removeprefix("warning: "),
         }
     ]
+
+
+def test_the_rules_apply_to_the_transformers_loader_too(bert):
+    import transformers
+
+    real = transformers.BertForSequenceClassification.from_pretrained(
+        bert, output_loading_info=True
+    )[1]
+    before = inspect_checkpoint(bert, model="hf").from_pretrained
+    assert sorted(before.missing) == sorted(real["missing_keys"])  # the oracle's own lists
+    assert sorted(before.unexpected) == sorted(real["unexpected_keys"])
+    rules = LoadRules(
+        allow_missing=("bert.pooler.*", "classifier.*"),
+        skip_prefixes=("bert.embeddings.extra.",),
+        ignore_unexpected_prefixes=("cls.",),
+    )
+    r = inspect_checkpoint(bert, model="hf", rules=rules)
+    after = r.from_pretrained
+    assert (after.missing, after.unexpected, after.clean) == ((), (), True)
+    assert sorted(after.allowed) == sorted(real["missing_keys"])
+    assert sorted(after.ignored) == sorted(real["unexpected_keys"])
+    assert r.clean and r.exit_status == 0
+    assert r.loaders["transformers"].clean and r.loaders["vllm"].clean
+    text = r.render()
+    assert "  missing, allowed by --allow-missing (4)" in text
+    assert "  unexpected, taken by the skip and ignore rules (2)" in text
+    document = json.loads(r.to_json())
+    assert sorted(document["transformers"]["allowed"]) == sorted(real["missing_keys"])

@@ -45,6 +45,8 @@ from loadkit.loading.meta import meta_tensor
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
+    from loadkit.inspection.options import LoadRules
+
 TRANSFORMERS = "transformers"
 
 
@@ -73,6 +75,33 @@ class FromPretrained(NamedTuple):
     ignore_mismatched_sizes: bool
     renamed: dict[str, str]  # checkpoint key -> the name transformers gave it, where it renamed
     transformers_version: str
+    allowed: tuple[str, ...] = ()  # missing tensors that --allow-missing lets stay unfilled
+    ignored: tuple[str, ...] = ()  # unexpected keys that --skip-prefix and the ignore rules take
+
+    def under(self, rules: LoadRules) -> FromPretrained:
+        """The lists with the user's load rules applied, as transformers applies a class's own
+        ignore patterns: a missing tensor ``--allow-missing`` allows, an unexpected key that
+        ``--skip-prefix`` or an ``--ignore-unexpected-*`` rule takes (by its transformers name or
+        its checkpoint name) is no problem, and is listed as such.
+
+        >>> from loadkit.inspection.options import LoadRules
+        >>> fp = FromPretrained("BertModel", ("pooler.bias",), ("cls.w",), (), (), False, {}, "5")
+        >>> ruled = fp.under(LoadRules(allow_missing=("pooler.*",), skip_prefixes=("cls.",)))
+        >>> ruled.missing, ruled.unexpected, ruled.allowed, ruled.ignored, ruled.clean
+        ((), (), ('pooler.bias',), ('cls.w',), True)
+        """
+        original = {v: k for k, v in self.renamed.items()}
+
+        def taken(name: str) -> bool:
+            key = original.get(name, name)
+            return bool(rules.skipped(key) or rules.skipped(name) or rules.ignored(key, name))
+
+        return self._replace(
+            missing=tuple(m for m in self.missing if not rules.allowed(m)),
+            unexpected=tuple(u for u in self.unexpected if not taken(u)),
+            allowed=tuple(m for m in self.missing if rules.allowed(m)),
+            ignored=tuple(u for u in self.unexpected if taken(u)),
+        )
 
     @property
     def clean(self) -> bool:
@@ -117,6 +146,8 @@ class FromPretrained(NamedTuple):
             "ignore_mismatched_sizes": self.ignore_mismatched_sizes,
             "renamed": dict(self.renamed),
             "transformers_version": self.transformers_version,
+            "allowed": list(self.allowed),
+            "ignored": list(self.ignored),
         }
 
 

@@ -1,4 +1,5 @@
-"""Text for people: one byte formatter and one plain-text table printer, used by every report.
+"""Text for people: one byte formatter, one plural, one plain-text table printer and one wrap,
+used by every report.
 
 Torch-free and import-light: the header-only inspector renders with it.
 """
@@ -35,6 +36,16 @@ def format_bytes(n: int) -> str:
     if value >= 99.95:  # three figures need no decimals (and ``.3g`` would print ``1e+03``)
         return f"{value:.0f} {unit}"
     return f"{value:.3g} {unit}"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` and its noun, singular for 1 and plural otherwise (``many``, else ``noun + "s"``):
+    every count a report prints goes through it.
+
+    >>> plural(1, "key"), plural(0, "key"), plural(3, "revision"), plural(2, "index", "indices")
+    ('1 key', '0 keys', '3 revisions', '2 indices')
+    """
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
 
 
 def table(

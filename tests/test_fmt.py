@@ -11,7 +11,7 @@ from loadkit.checkpoint.dtypes import (
     torch_names,
 )
 from loadkit.errors import LoadkitError
-from loadkit.fmt import format_bytes, table
+from loadkit.fmt import format_bytes, plural, table
 
 
 def test_format_bytes_three_significant_figures_in_binary_units():
@@ -73,3 +73,8 @@ def test_one_dtype_table_agrees_with_torch():
         assert "complex128" in str(exc)
     else:
         raise AssertionError("complex128 has no safetensors dtype")
+
+
+def test_plural_is_singular_only_for_one():
+    assert [plural(n, "key") for n in (0, 1, 2)] == ["0 keys", "1 key", "2 keys"]
+    assert plural(1, "pass", "passes") == "1 pass" and plural(3, "pass", "passes") == "3 passes"

@@ -41,17 +41,32 @@ from loadkit.errors import HeaderProblem as HeaderProblem  # raised here; define
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit
 
 
-def oversized_length(head: bytes, n: int, size: int) -> str:
-    """What to say of a ``size``-byte file whose first 8 bytes read as a header length ``n``
+LFS_POINTER_MAX = 1024  # a Git LFS pointer file is smaller (the spec's limit)
+_LFS_POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\n(?:.*\n)*?size (\d+)")
+
+
+def oversized_length(start: bytes, n: int, size: int) -> str:
+    r"""What to say of a ``size``-byte file whose first 8 bytes read as a header length ``n``
     over the limit. Past the file's end too, they cannot be a header length: no safetensors
-    file at all (a text file named ``x.safetensors`` reads as 8e18 bytes).
+    file at all (a text file named ``x.safetensors`` reads as 8e18 bytes). ``start`` is the
+    file's first 8 bytes or more: up to ``LFS_POINTER_MAX`` of them recognise a Git LFS pointer
+    (a clone without ``git lfs pull``).
 
     Example:
         >>> oversized_length(b"hello, t", int.from_bytes(b"hello, t", "little"), 37)[:58]
         "not a safetensors file: its first 8 bytes are text ('hello"
+        >>> pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 90\n"
+        >>> oversized_length(pointer, int.from_bytes(pointer[:8], "little"), len(pointer))
+        'a Git LFS pointer, not the file (which has 90 bytes): run git lfs pull'
     """
+    head = start[:8]
     if n <= size - 8:  # a header really that long: the library refuses it
         return f"header of {n} bytes exceeds the safetensors limit of {MAX_HEADER_BYTES}"
+    pointer = _LFS_POINTER.match(start)
+    if pointer is not None:
+        return (
+            f"a Git LFS pointer, not the file (which has {int(pointer[1])} bytes): run git lfs pull"
+        )
     if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
         first = "are text (" + repr(head.decode("ascii")) + ")"
     else:

@@ -29,6 +29,7 @@ import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from loadkit.errors import CheckpointError
+from loadkit.fmt import plural
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -186,11 +187,11 @@ def _fallback(
     listed = ", ".join(
         r.commit_hash + (f" ({', '.join(sorted(r.refs))})" if r.refs else "") for r in revisions
     )
+    holds = plural(len(revisions), "revision") + (", newest first" if len(revisions) > 1 else "")
     raise CheckpointError(
         shown,
         f"revision {asked!r} is not in the cache ({why} in {storage}); it holds "
-        f"{len(revisions)} revision(s), newest first: {listed or 'none'}; name one as "
-        f"{repo_id}@<commit>",
+        f"{holds}: {listed or 'none'}; name one as {repo_id}@<commit>",
     )
 
 

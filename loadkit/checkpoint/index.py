@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 from loadkit.checkpoint.reader import INDEX_NAME, Checkpoint, TensorInfo, read_safetensors_header
 from loadkit.checkpoint.shards import plain_relative, read_index
-from loadkit.errors import CheckpointError, ShardIndexError
+from loadkit.errors import CheckpointError, ShardIndexError, printable
 
 
 class IndexProblem(NamedTuple):
@@ -175,8 +175,7 @@ def open_lenient(
         progress(len(shards), len(shards))
     readable = [s for s in indexed if s in headers]
     if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
-        what = "no shard the index names" if has_index else "no *.safetensors file in it"
-        raise ShardIndexError(str(p), f"{what} can be read; nothing to inspect")
+        raise ShardIndexError(str(p), _nothing_readable(p, has_index, indexed, problems))
 
     located: dict[str, list[str]] = {}
     for shard, infos in headers.items():
@@ -236,6 +235,56 @@ def open_lenient(
         )
     files = [str(p / s) for s in readable]
     return Checkpoint(str(p), files, _in_stream_order(tensors, files), metadata), problems
+
+
+SHOWN_REASONS = 3  # files whose reason the "nothing readable" error gives; the rest counted
+# weight files of other formats, named when a folder has no safetensors file at all
+_OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".npz")
+
+
+def _first(names: list[str]) -> str:
+    more = f", and {len(names) - SHOWN_REASONS} more" if len(names) > SHOWN_REASONS else ""
+    return ", ".join(printable(n) for n in names[:SHOWN_REASONS]) + more
+
+
+def _nothing_readable(
+    p: Path, has_index: bool, indexed: list[str], problems: list[IndexProblem]
+) -> str:
+    """Why a folder gives nothing to inspect, with each file's reason (the first few).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as empty:
+        ...     _nothing_readable(Path(empty), False, [], [])
+        'no .safetensors file at all (the folder is empty); nothing to inspect'
+    """
+    if not indexed:  # no index and no *.safetensors file
+        files = sorted(os.listdir(p))
+        others = [f for f in files if f.endswith(_OTHER_WEIGHTS)]
+        if others:
+            found = f"found {_first(others)}: loadkit reads safetensors only"
+        else:
+            found = f"found: {_first(files)}" if files else "the folder is empty"
+        return f"no .safetensors file at all ({found}); nothing to inspect"
+    unreadable = {pr.listed: pr.message for pr in problems if pr.kind == "unreadable shard"}
+    reasons = []
+    for shard in indexed:
+        why = unreadable.get(shard, ": it does not exist")
+        path = printable(str(p / shard))
+        if why.startswith(path):  # the error names the file: named once, inside the folder
+            why = why[len(path) :]
+        reasons.append(printable(shard) + (why if why[:2] in (": ", ", ") else f": {why}"))
+    shown = "; ".join(reasons[:SHOWN_REASONS])
+    if len(reasons) > SHOWN_REASONS:
+        shown += f"; and {len(reasons) - SHOWN_REASONS} more"
+    n = len(indexed)
+    if has_index:
+        what = (
+            f"none of the {n} shards the index names" if n > 1 else "the one shard the index names"
+        )
+    else:
+        what = f"none of its {n} .safetensors files" if n > 1 else "its one .safetensors file"
+    return f"{what} can{'' if n > 1 else 'not'} be read; nothing to inspect: {shown}"
 
 
 def _index_vs_shards(

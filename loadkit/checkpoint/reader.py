@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import DTYPES, torch_name, torch_shape
 from loadkit.checkpoint.header import (
+    LFS_POINTER_MAX,
     MAX_HEADER_BYTES,
     HeaderProblem,
     TruncatedData,
@@ -80,8 +81,9 @@ def read_safetensors_header(
                 file, f"file is {size} bytes, too short for the 8-byte header length"
             )
         n = int.from_bytes(head, "little")
-        if n > MAX_HEADER_BYTES:
-            raise HeaderError(file, oversized_length(head, n, size))
+        if n > MAX_HEADER_BYTES:  # a small file's start may be a Git LFS pointer: read it
+            start = head + f.read(LFS_POINTER_MAX - 8) if size <= LFS_POINTER_MAX else head
+            raise HeaderError(file, oversized_length(start, n, size))
         if n > size - 8:
             raise TruncatedCheckpointError(
                 file, f"header claims {n} bytes but only {size - 8} follow the length field"

@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.header import MAX_HEADER_BYTES, oversized_length
+from loadkit.checkpoint.header import LFS_POINTER_MAX, MAX_HEADER_BYTES, oversized_length
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
 from loadkit.checkpoint.shards import INDEX_NAME, MAX_INDEX_BYTES, parse_index, plain_relative
 from loadkit.errors import (
@@ -301,7 +301,9 @@ def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str 
             url, f"file is {size} bytes, too short for the 8-byte header length"
         )
     n = int.from_bytes(head, "little")
-    if n > MAX_HEADER_BYTES:
+    if n > MAX_HEADER_BYTES:  # a small file starting so may be a Git LFS pointer: read it
+        if size <= LFS_POINTER_MAX and head == b"version ":
+            head, _ = client.get_range(url, 0, size)
         raise HeaderError(url, oversized_length(bytes(head), n, size))
     if n > size - 8:
         raise TruncatedCheckpointError(

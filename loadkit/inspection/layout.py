@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from loadkit.errors import LoadkitError, printable
-from loadkit.fmt import format_bytes
+from loadkit.fmt import format_bytes, plural
 
 _NUMBERED = object()  # the key numbered siblings share while a folded tree is built
 MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)
@@ -221,7 +221,7 @@ def _count(node: LayoutNode) -> tuple[int, str]:
     per, rest = divmod(node.tensors, node.instances)
     if rest:
         return node.instances, f"{noun}, {node.tensors} tensors in all"
-    return node.instances, f"{noun} x {per} tensor{'s' if per != 1 else ''}"
+    return node.instances, f"{noun} x {plural(per, 'tensor')}"
 
 
 def _rows(

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
+from loadkit.fmt import plural
 
 if TYPE_CHECKING:
     from loadkit.inspection.records import LoadReport
@@ -61,9 +62,11 @@ def _index_problems(checkpoint: CheckpointSummary, strict_index: bool) -> list[s
     """The index problems every loader shares: those that stop the load, and with
     ``strict_index`` the inconsistencies."""
     n, m = len(checkpoint.failing), len(checkpoint.inconsistent)
-    out = [f"{n} index problem{'s' if n != 1 else ''}"] if n else []
+    out = [plural(n, "index problem")] if n else []
     if strict_index and m:
-        out.append(f"{m} index inconsistenc{'ies' if m != 1 else 'y'} under --strict-index")
+        out.append(
+            f"{plural(m, 'index inconsistency', 'index inconsistencies')} under --strict-index"
+        )
     return out
 
 

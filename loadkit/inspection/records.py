@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from loadkit.fmt import plural
 from loadkit.inspection.options import LoadRules
 from loadkit.vocab import CLEAN_STATUSES, KEY_STATUSES, Status
 
@@ -214,13 +215,13 @@ class LoadReport:
         ]
         if self.failing_missing:
             n = len(self.failing_missing)
-            out.append(f"{n} model tensor{'s' if n != 1 else ''} never filled")
+            out.append(f"{plural(n, 'model tensor')} never filled")
         bad = sum(d.incompatible for d in self.dtype_casts)
         if bad:
-            out.append(f"{bad} incompatible dtype cast{'s' if bad != 1 else ''}")
+            out.append(plural(bad, "incompatible dtype cast"))
         if self.rules.strict_dtype and len(self.dtype_casts) > bad:
             n = len(self.dtype_casts) - bad
-            out.append(f"{n} dtype cast{'s' if n != 1 else ''} (--strict-dtype)")
+            out.append(f"{plural(n, 'dtype cast')} (--strict-dtype)")
         if not self.complete:
             out.append("simulation stopped early")
         if self.failure is not None:

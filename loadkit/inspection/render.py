@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.checkpoint.dtypes import DTYPES
 from loadkit.errors import printable
-from loadkit.fmt import format_bytes, table
+from loadkit.fmt import format_bytes, plural, table
 from loadkit.inspection.casts import kind
 
 if TYPE_CHECKING:
@@ -58,7 +58,9 @@ def _names(names: list[str]) -> str:
 
 def _capped(rows: list[str], total: int, limit: int, indent: str = "    ") -> list[str]:
     out = rows[:limit]
-    if total > limit:
+    if total > limit and not out:  # --limit 0: the count alone, no "more" than nothing
+        out.append(f"{indent}{plural(total, 'row')}, none shown (--json lists them all)")
+    elif total > limit:
         out.append(f"{indent}... {total - limit} more (--json lists them all)")
     return out
 
@@ -94,10 +96,10 @@ def _checkpoint(r: Report, limit: int) -> list[str]:
     lines = [
         f"checkpoint  {printable(c.path)}",
         *_source(c.source),
-        f"  {_plural(len(c.files), 'file')}, {_plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
+        f"  {plural(len(c.files), 'file')}, {plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
         "  dtypes  "
         + ", ".join(
-            f"{d} {_plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
+            f"{d} {plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
         ),
     ]
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
@@ -133,7 +135,7 @@ def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
         head += ": loads; the index is inconsistent"
     else:
         head += ": none"
-    lines = [head + (f"; {_plural(notes, 'note')}" if notes else "")]
+    lines = [head + (f"; {plural(notes, 'note')}" if notes else "")]
     groups: dict[tuple[int, str, str, tuple[str, ...]], list[str | None]] = {}
     for p in c.problems:
         key = (_SEVERITY.get(p.severity, 1), p.kind, p.message, p.found_in)
@@ -146,7 +148,10 @@ def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
             rows.append(f"    {what_kind}: {what}{printable(message)}")
             continue
         shown = _names(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
-        rows.append(f"    {what_kind}, {len(keys)} keys, each: {printable(message)}\n      {shown}")
+        rows.append(
+            f"    {what_kind}, {plural(len(keys), 'key')}, each: {printable(message)}"
+            f"\n      {shown}"
+        )
     return lines + _capped(rows, len(rows), limit)
 
 
@@ -155,7 +160,7 @@ def _mapper(r: Report, limit: int) -> list[str]:
     assert m is not None
     renamed = len(m.traces) - len(m.dropped)
     lines = [
-        f"mapper  ({m.source}): {renamed} keys renamed, {len(m.dropped)} dropped, "
+        f"mapper  ({m.source}): {plural(renamed, 'key')} renamed, {len(m.dropped)} dropped, "
         f"{m.unchanged} unchanged"
     ]
     if m.note:
@@ -174,8 +179,8 @@ def _mapper(r: Report, limit: int) -> list[str]:
         )
     for use in m.rules:
         target = "drop" if use.target is None else repr(use.target)
-        keys = "key" if use.fired == 1 else "keys"
-        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {use.fired} {keys}")
+        fired = plural(use.fired, "key")
+        lines.append(f"  {use.stage:<8} {use.rule!r} -> {target}: fired for {fired}")
         if use.origin:
             lines.append(f"           {printable(use.origin)}")
         if use.example:
@@ -208,17 +213,12 @@ def _backend(b: dict[str, Any]) -> list[str]:
 def _verdict(probe: ProbeRecord) -> str:
     everything = probe.walked == probe.forwarded and probe.forwarded
     whole = " = the whole checkpoint" if everything else ""
-    noun = "tensor" if probe.clones == 1 else "tensors"
-    cost = f"clones {probe.clones} {noun} ({format_bytes(probe.cloned_bytes)}{whole})"
+    cost = f"clones {plural(probe.clones, 'tensor')} ({format_bytes(probe.cloned_bytes)}{whole})"
     if not probe.hit:
-        return f"no hit: walks all {probe.forwarded} keys, {cost}; names forwarded unprefixed"
+        walks = plural(probe.forwarded, "key")
+        return f"no hit: walks all {walks}, {cost}; names forwarded unprefixed"
     hit = printable(str(probe.hit_key))
     return f"prefix {probe.prefix!r} found at key #{probe.hit_index} '{hit}': {cost}"
-
-
-def _plural(n: int, noun: str, plural: str | None = None) -> str:
-    """``1 tensor``, ``2 tensors``."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _fix(fix: SuggestedFix, limit: int) -> list[str]:
@@ -226,8 +226,8 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     these = "this rule" if n == 1 else "these rules"
     if n:
         lines = [
-            f"suggested fix  ({_plural(n, 'mapper rule')} explain{'s' if n == 1 else ''} "
-            f"{_plural(fix.explains, 'renamed key')}; the load was simulated again with {these})"
+            f"suggested fix  ({plural(n, 'mapper rule')} {'explains' if n == 1 else 'explain'} "
+            f"{plural(fix.explains, 'renamed key')}; the load was simulated again with {these})"
         ]
     else:
         lines = ["suggested fix  (in words: no mapper rule can express it)"]
@@ -235,7 +235,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
         lines.append(f"  {printable(sh.words())}")
         why = sh.why_no_rules
         lines.append(
-            f"    {_plural(len(sh.numbers), 'regex rule')}, one per number"
+            f"    {plural(len(sh.numbers), 'regex rule')}, one per number"
             if why is None
             else f"    no rule: {why}"
         )
@@ -244,7 +244,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
         key, tensor = s.pairs[0] if s.pairs else ("", "")
         example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
         rows.append(
-            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {_plural(len(s.pairs), 'key')}"
+            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {plural(len(s.pairs), 'key')}"
             f"{example}"
         )
     lines += _capped(rows, len(rows), limit, "  ")
@@ -334,12 +334,14 @@ def _load(
     loader: str = "",
 ) -> list[str]:
     c = load.counts()
-    passes = f"{load.runs} pass" + ("es" if load.runs != 1 else "")
+    passes = plural(load.runs, "pass", "passes")
     allowed = len(load.missing) - len(load.failing_missing)
     lines = [
         f"load  ({loader}simulated on the meta device, {passes})",
-        f"  checkpoint {len(load.keys)} keys: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
-        f"  model {load.model_tensors} tensors: {load.filled} filled, {len(load.missing)} missing"
+        f"  checkpoint {plural(len(load.keys), 'key')}: "
+        + ", ".join(f"{n} {s}" for s, n in c.items() if n),
+        f"  model {plural(load.model_tensors, 'tensor')}: {load.filled} filled, "
+        f"{len(load.missing)} missing"
         + (f" ({allowed} allowed by --allow-missing)" if allowed else ""),
     ]
     if not load.complete:
@@ -547,7 +549,7 @@ def _layout(r: Report, limit: int, max_depth: int | None) -> list[str]:
 def _model(m: ModelSummary) -> list[str]:
     own = "its own load_weights" if m.has_own_load_weights else "AutoWeightsLoader"
     lines = [
-        f"model  {printable(m.spec)}: {m.cls}, {m.parameters} tensors, "
+        f"model  {printable(m.spec)}: {m.cls}, {plural(m.parameters, 'tensor')}, "
         f"{format_bytes(m.nbytes)} (built on meta: no memory used); loads with {own}",
     ]
     return lines + (_backend(m.backend) if m.backend else [])
@@ -558,7 +560,7 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
     inconsistent = len(r.checkpoint.inconsistent)
     strict = r.strict_index and inconsistent
     index = (
-        f"; the index is inconsistent ({_plural(inconsistent, 'problem')} above, every tensor "
+        f"; the index is inconsistent ({plural(inconsistent, 'problem')} above, every tensor "
         "still loads)"
         if inconsistent and not strict
         else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from loadkit.fmt import plural
 from loadkit.inspection.layout import LayoutNode, build_layout
 from loadkit.inspection.render import render_report
 from loadkit.inspection.summary import CheckpointSummary
@@ -134,10 +135,14 @@ class InspectReport:
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
-            out.append(f"{n} index problem{'s' if n != 1 else ''} that stop the load")
+            out.append(
+                f"{plural(n, 'index problem')} that {'stops' if n == 1 else 'stop'} the load"
+            )
         if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
-            out.append(f"{n} index inconsistenc{'ies' if n != 1 else 'y'} under --strict-index")
+            out.append(
+                f"{plural(n, 'index inconsistency', 'index inconsistencies')} under --strict-index"
+            )
         if self.load is not None and "vllm" in self.selected_loaders:
             out += self.load.problems()
             out += self.tensor_parallel.problems() if self.tensor_parallel is not None else []

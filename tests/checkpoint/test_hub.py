@@ -162,3 +162,10 @@ def test_transformers_reads_the_same_cache(tmp_path, hf_clean):
     assert config.model_type == "bert"
     snap = resolve_snapshot("org/bert", cache_dir=tmp_path)
     assert (Path(snap.folder) / "config.json").is_file()
+
+
+def test_a_cache_of_one_revision_says_1_revision(tmp_path):
+    add_snapshot(tmp_path, "org/tiny", folder_files(SHARDED), commit=ONE, refs=("main",))
+    with pytest.raises(CheckpointError) as err:
+        resolve_snapshot("org/tiny", "v2", cache_dir=tmp_path)
+    assert f"; it holds 1 revision: {ONE} (main); name one as" in str(err.value)

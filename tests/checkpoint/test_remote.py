@@ -265,3 +265,10 @@ def test_urls_that_name_no_checkpoint_and_a_closed_port():
         port = s.getsockname()[1]
     with pytest.raises(CheckpointError, match="cannot connect: Connection refused"):
         open_remote(f"http://127.0.0.1:{port}/model.safetensors", timeout=2)
+
+
+def test_a_git_lfs_pointer_is_named_remotely_too(tmp_path):
+    pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 777\n"
+    (tmp_path / "model.safetensors").write_bytes(pointer)
+    with serve(tmp_path) as server, pytest.raises(HeaderError, match="a Git LFS pointer, not the"):
+        open_remote(server.url("model.safetensors"))

@@ -72,7 +72,8 @@ def test_limit_0_lists_no_rows_but_every_count(tmp_path, loadkit_cli):
     model = tmp_path / "lin.py"
     model.write_text("from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n")
     out = loadkit_cli("inspect", f, "--model", f"{model}:build", "--limit", "0").stdout
-    assert "  unexpected names (2)\n    ... 2 more (--json lists them all)" in out
+    assert "  unexpected names (2)\n    2 rows, none shown (--json lists them all)" in out
+    assert "more" not in out  # nothing was shown, so nothing is "more"
     assert "a.weight" not in out.split("unexpected names")[1].split("missing")[0]
 
 
@@ -89,3 +90,65 @@ def test_debug_shows_the_traceback_of_the_users_own_code(tmp_path, loadkit_cli):
     assert loud.returncode == 2 and "Traceback (most recent call last)" in loud.stderr
     assert f'File "{tmp_path / "boom.py"}", line 2, in build' in loud.stderr
     assert loud.stderr.splitlines()[-1].startswith("loadkit inspect: error: --model")
+
+
+LFS_POINTER = (
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    "size 12345\n"
+)
+
+
+def test_a_git_lfs_pointer_says_so_as_a_file_and_in_a_folder(tmp_path, loadkit_cli):
+    (tmp_path / "model.safetensors").write_text(LFS_POINTER)
+    for target in (tmp_path / "model.safetensors", tmp_path):
+        res = loadkit_cli("inspect", target)
+        assert res.returncode == 2, res.stderr
+        assert "a Git LFS pointer, not the file (which has 12345 bytes): run git lfs pull" in (
+            res.stderr
+        )
+        assert len(res.stderr.splitlines()) == 1
+
+
+def test_an_unreadable_folder_gives_each_files_reason(tmp_path, loadkit_cli):
+    save_file({"w": torch.zeros(8)}, str(tmp_path / "model.safetensors"))
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:-10])  # 10 bytes short
+    res = loadkit_cli("inspect", tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"loadkit inspect: error: {tmp_path}: its one .safetensors file cannot be read; nothing "
+        "to inspect: model.safetensors, key 'w': tensor of shape [8] (F32) ends at data byte 32 "
+        "but the file holds 22 bytes of data"
+    )
+
+
+def test_a_folder_of_many_unreadable_files_caps_the_reasons(tmp_path, loadkit_cli):
+    for i in range(5):
+        (tmp_path / f"{i}.safetensors").write_bytes(b"ab")
+    res = loadkit_cli("inspect", tmp_path)
+    assert res.returncode == 2
+    assert "none of its 5 .safetensors files can be read; nothing to inspect: 0.safetensors: " in (
+        res.stderr
+    )
+    assert res.stderr.count("too short for the 8-byte header length") == 3
+    assert res.stderr.rstrip().endswith("; and 2 more")
+
+
+def test_a_folder_without_safetensors_names_what_it_holds(tmp_path, loadkit_cli):
+    (tmp_path / "config.json").write_text("{}")
+    res = loadkit_cli("inspect", tmp_path)
+    assert res.returncode == 2
+    assert "no .safetensors file at all (found: config.json); nothing to inspect" in res.stderr
+    torch.save({"w": torch.zeros(1)}, tmp_path / "pytorch_model.bin")
+    res = loadkit_cli("inspect", tmp_path)
+    assert res.returncode == 2
+    assert (
+        "no .safetensors file at all (found pytorch_model.bin: loadkit reads safetensors only)"
+        in res.stderr
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (
+        "no .safetensors file at all (the folder is empty)" in loadkit_cli("inspect", empty).stderr
+    )

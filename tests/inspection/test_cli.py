@@ -555,3 +555,11 @@ def test_parse_inspect_collects_repeated_flags():
     assert args.allow_missing == ("a.*", "b.*")
     assert args.model_args == (("n", 2), ("name", "x"))
     assert args.strict_dtype and args.probe and not args.json
+
+
+def test_one_renamed_key_is_1_key_renamed(tmp_path, loadkit_cli):
+    f = write_safetensors(tmp_path / "m.safetensors", {"a.w": ("F32", (2,)), "b.w": ("F32", (2,))})
+    res = loadkit_cli("inspect", f, "--mapper", json.dumps({"orig_to_new_prefix": {"a.": "c."}}))
+    assert res.returncode == 0, res.stderr
+    assert "mapper  (--mapper): 1 key renamed, 0 dropped, 1 unchanged" in res.stdout
+    assert "fired for 1 key\n" in res.stdout

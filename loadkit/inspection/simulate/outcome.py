@@ -11,6 +11,7 @@ from torch import nn
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ShapeMismatchError
+from loadkit.fmt import plural
 from loadkit.inspection.casts import is_incompatible
 from loadkit.inspection.options import LoadRules
 from loadkit.inspection.patterns import CheckpointSpelling, unmatched_patterns
@@ -181,7 +182,9 @@ def _suggest(
         u.suggestions = list(dict.fromkeys(first + nearest(u.looked_up)))[:3]
     if nearest.shortened:
         return [
-            f"{nearest.shortened} unexpected name(s) share no name parts with any model tensor; "
+            f"{plural(nearest.shortened, 'unexpected name')} "
+            f"{'shares' if nearest.shortened == 1 else 'share'} no name parts with any model "
+            "tensor; "
             f"comparing each with all {len(model_names)} names would take too long, so they "
             "have no nearest names"
         ]

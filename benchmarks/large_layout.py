@@ -15,7 +15,8 @@ Measured side by side in one run, alternating, median of ``--runs``:
 
 1. header-only: the whole ``python -m loadkit inspect FOLDER`` process against a process that opens
    every shard with ``safetensors.safe_open`` (framework ``numpy``, so neither side imports torch)
-   and reads every key and shape. Target: ratio at most 1.0.
+   and reads every key and shape. Target: ratio at most 1.0 (``ratio``: of CPU times, user +
+   system; ``wall_ratio`` beside it).
 2. ``--model hf-causal`` (the folder's ``config.json`` is transformers' ``deepseek_v3``): the whole
    inspect process, at the full layout and at a quarter of the layers, to see whether the build and
    the dry load grow linearly in the names (target: seconds per name about equal at both sizes).
@@ -33,12 +34,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import NamedTuple
 
-from inspect_speed import write_sparse_safetensors
+from inspect_speed import timed, write_sparse_safetensors
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "data" / "big" / "large_layout"
@@ -175,22 +175,32 @@ def write_layout(folder: Path, config: dict, shards: int = SHARDS) -> tuple[int,
     return len(tensors), total
 
 
-def _time(cmd: list[str]) -> float:
+def _time(cmd: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``cmd`` (``inspect_speed.timed``)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    start = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    return timed(cmd, env)
 
 
-def side_by_side(a: list[str], b: list[str], runs: int) -> tuple[float, float]:
+class Sides(NamedTuple):
+    """Medians of two commands run alternately: wall and CPU seconds of each."""
+
+    a_s: float
+    b_s: float
+    a_cpu_s: float
+    b_cpu_s: float
+
+
+def side_by_side(a: list[str], b: list[str], runs: int) -> Sides:
     """Medians of ``a`` and ``b``, run alternately after one warm-up each."""
     _time(a), _time(b)
     ta, tb = [], []
     for _ in range(runs):
         ta.append(_time(a))
         tb.append(_time(b))
-    return statistics.median(ta), statistics.median(tb)
+    wall = (statistics.median(w for w, _ in t) for t in (ta, tb))
+    cpu = (statistics.median(c for _, c in t) for t in (ta, tb))
+    return Sides(*wall, *cpu)
 
 
 def main() -> int:
@@ -201,12 +211,15 @@ def main() -> int:
     py = sys.executable
     full = OUT / "deepseek-v3"
     n, nbytes = write_layout(full, CONFIG)
-    inspect_s, safe_s = side_by_side(
+    t = side_by_side(
         [py, "-m", "loadkit", "inspect", str(full)], [py, "-c", RAW_SAFE_OPEN, str(full)], args.runs
     )
     results = [{"case": "header-only", "shards": SHARDS, "tensors": n, "bytes": nbytes,
-                "inspect_s": round(inspect_s, 3), "safe_open_s": round(safe_s, 3),
-                "ratio": round(inspect_s / safe_s, 3)}]  # fmt: skip
+                "inspect_cpu_s": round(t.a_cpu_s, 3), "safe_open_cpu_s": round(t.b_cpu_s, 3),
+                "ratio": round(t.a_cpu_s / t.b_cpu_s, 3),
+                "inspect_s": round(t.a_s, 3), "safe_open_s": round(t.b_s, 3),
+                "wall_ratio": round(t.a_s / t.b_s, 3),
+                "load_average": round(os.getloadavg()[0], 2)}]  # fmt: skip
     print(json.dumps(results[-1]), flush=True)
     if not args.skip_model:
         quarter = OUT / "deepseek-v3-quarter"
@@ -215,11 +228,13 @@ def main() -> int:
         per_name = {}
         for folder, names in ((full, n), (quarter, n_small)):
             cmd = [py, "-m", "loadkit", "inspect", str(folder), "--model", "hf-causal"]
-            seconds = statistics.median(_time(cmd) for _ in range(args.runs))
-            per_name[folder.name] = seconds / names
+            times = [_time(cmd) for _ in range(args.runs)]
+            seconds = statistics.median(w for w, _ in times)
+            cpu = statistics.median(c for _, c in times)
+            per_name[folder.name] = cpu / names
             results.append({"case": f"--model hf-causal {folder.name}", "tensors": names,
-                            "inspect_s": round(seconds, 3),
-                            "us_per_name": round(1e6 * seconds / names, 2)})  # fmt: skip
+                            "inspect_s": round(seconds, 3), "inspect_cpu_s": round(cpu, 3),
+                            "cpu_us_per_name": round(1e6 * cpu / names, 2)})  # fmt: skip
             print(json.dumps(results[-1]), flush=True)
         growth = per_name[full.name] / per_name[quarter.name]
         results.append({"case": "linearity", "per_name_full_over_quarter": round(growth, 3)})

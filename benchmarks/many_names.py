@@ -14,14 +14,15 @@ bytes are holes), each with a header of about 20 MB:
    report) against a process that ``json.loads`` the header and builds the same model (importing
    torch). Target: at most 3x.
 
-The median of each side is kept (other work on the machine only ever adds time); a JSON line per
-case.
+The median of each side is kept (other work on the machine only ever adds time), of CPU time (user
++ system: ``ratio``) and of wall time (``wall_ratio``); a JSON line per case.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,9 +68,13 @@ def main() -> int:
         ),
     ]
     for case, inspect_cmd, raw_cmd in cases:
-        inspect_s, raw_s = side_by_side(inspect_cmd, raw_cmd, args.runs)
-        row = {"case": case, "names": N, "inspect_s": round(inspect_s, 3),
-               "raw_s": round(raw_s, 3), "ratio": round(inspect_s / raw_s, 2)}  # fmt: skip
+        t = side_by_side(inspect_cmd, raw_cmd, args.runs)
+        row = {"case": case, "names": N,
+               "inspect_cpu_s": round(t.a_cpu_s, 3), "raw_cpu_s": round(t.b_cpu_s, 3),
+               "ratio": round(t.a_cpu_s / t.b_cpu_s, 2),
+               "inspect_s": round(t.a_s, 3), "raw_s": round(t.b_s, 3),
+               "wall_ratio": round(t.a_s / t.b_s, 2),
+               "load_average": round(os.getloadavg()[0], 2)}  # fmt: skip
         print(json.dumps(row), flush=True)
     return 0
 

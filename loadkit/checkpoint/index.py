@@ -88,8 +88,17 @@ def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict):
         raise ShardIndexError(index, "unreadable index: weight_map is not an object")
+    try:
+        spellings = set(weight_map.values())  # a few shards named thousands of times
+    except TypeError:  # an entry that is a list or an object: refused below, in index order
+        spellings = None
+    if spellings is not None:
+        plain_of = {e: p for e in spellings if (p := plain_relative(e)) is not None}
+        if len(plain_of) == len(spellings):  # every spelling a plain file name
+            return {key: plain_of[e] for key, e in weight_map.items()}, _total_size(data)
+    # Some entry is refused: the first one in index order names its key.
     plain_map: dict[str, str] = {}
-    seen: dict[str, str] = {}  # a few shards named thousands of times: each spelling checked once
+    seen: dict[str, str] = {}  # each spelling checked once
     for key, entry in weight_map.items():
         if isinstance(entry, str) and entry in seen:
             plain_map[key] = seen[entry]
@@ -101,9 +110,13 @@ def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
             why = why if isinstance(entry, str) else "not a file name"
             raise ShardIndexError(index, f"names shard {shown}, which is {why}", key)
         plain_map[key] = seen[entry] = plain
-    metadata = data.get("metadata")
-    total = metadata.get("total_size") if isinstance(metadata, dict) else None
-    return plain_map, total
+    return plain_map, _total_size(data)
+
+
+def _total_size(index: dict[str, Any]) -> Any:
+    """The index's ``metadata.total_size`` (``None`` without one)."""
+    metadata = index.get("metadata")
+    return metadata.get("total_size") if isinstance(metadata, dict) else None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -146,8 +159,9 @@ def open_lenient(
         weight_map, total_size = _read_index(p)
     else:
         weight_map, total_size = {}, None
-    same = _one_per_file(p, [*on_disk, *weight_map.values()])
-    weight_map = {key: same[shard] for key, shard in weight_map.items()}
+    same = _one_per_file(p, [*on_disk, *set(weight_map.values())])
+    if any(same[shard] != shard for shard in set(weight_map.values())):  # links to one file
+        weight_map = {key: same[shard] for key, shard in weight_map.items()}
     indexed = sorted(set(weight_map.values())) if has_index else sorted(set(same.values()))
     others = sorted({same[f] for f in on_disk} - set(indexed))
     problems: list[IndexProblem] = []
@@ -177,24 +191,36 @@ def open_lenient(
     if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
         raise ShardIndexError(str(p), _nothing_readable(p, has_index, indexed, problems))
 
-    located: dict[str, list[str]] = {}
+    # Where each key is: the first shard (in reading order) holding it, and for the rare key
+    # held by several, all of them.
+    first: dict[str, str] = {}
+    several: dict[str, list[str]] = {}
     for shard, infos in headers.items():
         for name in infos:
-            located.setdefault(name, []).append(shard)
+            held = first.setdefault(name, shard)
+            if held != shard:
+                several.setdefault(name, [held]).append(shard)
+
+    def located(name: str) -> list[str]:
+        return several.get(name) or ([first[name]] if name in first else [])
+
     problems += _index_vs_shards(p, weight_map, indexed, headers, located)
 
     tensors: dict[str, TensorInfo] = {}
     for shard in readable:
-        for name, info in headers[shard].items():
+        infos = headers[shard]
+        if not several and not (has_index and not infos.keys() <= weight_map.keys()):
+            tensors.update(infos)  # nearly every shard: each key listed, and held only here
+            continue
+        for name, info in infos.items():
             if name in tensors:
                 continue  # a second copy: reported below, once per key
             tensors[name] = info
             if has_index and name not in weight_map:
                 msg = f"shard '{shard}' holds it, but the index does not list it"
                 problems.append(IndexProblem("not in index", name, msg, (shard,), listed=None))
-    for name, shards in located.items():
-        if len(shards) < 2:  # nearly every key: one shard holds it
-            continue
+    for name in [n for n in first if n in several] if several else []:
+        shards = several[name]
         read = [s for s in shards if s in readable]
         if len(read) > 1:
             shapes = {str(list(headers[s][name].shape)) for s in read}
@@ -233,8 +259,10 @@ def open_lenient(
                 "note",
             )
         )
+    # In stream order already (shards in file-name order, each header's tensors in data order):
+    # as Checkpoint.weights() yields them.
     files = [str(p / s) for s in readable]
-    return Checkpoint(str(p), files, _in_stream_order(tensors, files), metadata), problems
+    return Checkpoint(str(p), files, tensors, metadata), problems
 
 
 SHOWN_REASONS = 3  # files whose reason the "nothing readable" error gives; the rest counted
@@ -292,7 +320,7 @@ def _index_vs_shards(
     weight_map: dict[str, str],
     indexed: list[str],
     headers: dict[str, dict[str, TensorInfo]],
-    located: dict[str, list[str]],
+    located: Callable[[str], list[str]],
 ) -> list[IndexProblem]:
     """Index entries whose shard is missing, or does not hold the key."""
     problems = []
@@ -300,7 +328,7 @@ def _index_vs_shards(
     read = {shard for shard in indexed if shard in headers}  # what a loader reads
     for key, shard in weight_map.items():
         if not exists[shard]:  # vLLM raises for it (FileNotFoundError), whatever holds the key
-            where = located.get(key, [])
+            where = located(key)
             msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
             problems.append(IndexProblem("missing shard", key, msg, tuple(where), "fails", shard))
         elif shard in headers and key not in headers[shard]:
@@ -308,7 +336,7 @@ def _index_vs_shards(
             # 0.28.0: the index only filters files, weight_utils.py:598; transformers likewise):
             # a listed key that no listed shard holds is not read, and does not stop the load.
             # A model tensor it would have filled is left missing: the dry load reports that.
-            where = located.get(key, [])
+            where = located(key)
             msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
             if where and not read.intersection(where):
                 msg += ", which loaders never read (the index does not name it)"
@@ -316,10 +344,3 @@ def _index_vs_shards(
                 msg += ": nothing reads the key (a model tensor it would fill is left missing)"
             problems.append(IndexProblem("wrong shard", key, msg, tuple(where), listed=shard))
     return problems
-
-
-def _in_stream_order(tensors: dict[str, TensorInfo], files: list[str]) -> dict[str, TensorInfo]:
-    """Shards in file-name order, tensors in data order: as ``Checkpoint.weights()`` yields."""
-    rank = {f: i for i, f in enumerate(files)}
-    ordered = sorted(tensors.values(), key=lambda t: (rank[t.file], t.offset))
-    return {t.name: t for t in ordered}

@@ -136,6 +136,8 @@ class Nearest:
         self.shortened = 0
 
     def __call__(self, name: str, n: int = 3) -> list[str]:
+        if not self.names:  # a model without tensors: nothing is near
+            return []
         found = [self.names[i] for i in self.index.candidates(name, None)]
         if found:
             found.sort(key=lambda other: _score(name, other), reverse=True)

@@ -62,4 +62,4 @@ def test_inspect_costs_at_most_the_asserted_ratio_of_a_raw_header_parse(
     assert bench.main() == 0
     total = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert total["tensors"] == 64 + 2051
-    assert total["ratio"] <= bench.ASSERTED_RATIO, total  # the target, 2.0, is missed
+    assert total["ratio"] <= bench.ASSERTED_RATIO, total  # CPU times; the target is 2.0

@@ -151,6 +151,4 @@ def test_a_long_inspect_shows_its_dry_load_on_a_terminal(large_layout_bench, tmp
     assert b"dry load" in err and f"/{n} [".encode() in err and b"name/s" in err
     assert b"\r" in err  # redrawn in place
     assert (status, out, b"") == run(*args, tty=False)  # stdout the same, stderr empty
-    status, doc, err = run(*args, "--json")
-    assert (status, err) == (1, b"")
-    assert len(json.loads(doc)["load"]["unexpected"]) == n
+    # --json on a terminal: test_no_bar_with_json_or_where_stderr_is_no_terminal (delay 0)

@@ -160,17 +160,19 @@ def _suggest(
 ) -> list[str]:
     """Pair leftovers (unused keys, tensors never filled); nearest names for unexpected ones.
     Returns notes on any search that was shortened."""
-    by_key = {t.name: t for t in infos}
-    names = set(model_names)
-    # a key whose load failed under a name the model has is no rename: its error says why
-    unused = [
-        Named(k.mapped or k.name, k.name, by_key[k.name].numel, by_key[k.name].shape)
-        for k in tally.keys
-        if k.status == Status.UNEXPECTED
-        or (k.status == Status.LOAD_ERROR and (k.mapped or k.name) not in names)
-    ]
     wanted = [Named(m.name, m.name, m.numel, m.shape) for m in missing]
-    pairs = pair_renames(unused, wanted) if unused and wanted else {}
+    pairs: dict[str, str] = {}
+    if wanted:  # nothing missing (a model without tensors, say): no key to pair
+        by_key = {t.name: t for t in infos}
+        names = set(model_names)
+        # a key whose load failed under a name the model has is no rename: its error says why
+        unused = [
+            Named(k.mapped or k.name, k.name, by_key[k.name].numel, by_key[k.name].shape)
+            for k in tally.keys
+            if k.status == Status.UNEXPECTED
+            or (k.status == Status.LOAD_ERROR and (k.mapped or k.name) not in names)
+        ]
+        pairs = pair_renames(unused, wanted) if unused else {}
     for m in missing:
         m.suggestions = [pairs[m.name]] if m.name in pairs else []
     paired = {key: param for param, key in pairs.items()}

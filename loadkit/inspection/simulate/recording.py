@@ -131,6 +131,9 @@ def storage_id(tensor: torch.Tensor) -> int | None:
         return None
 
 
+_COPY = torch.ops.aten.copy_.default  # looked up once: every op of the dry load comes here
+
+
 class WriteWatcher(EagerDispatchMode):
     """Sees every ``copy_`` into a model tensor, by storage, whichever path made it.
 
@@ -146,7 +149,7 @@ class WriteWatcher(EagerDispatchMode):
         self.recorder = recorder
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.copy_.default:
+        if func is _COPY:
             ident = storage_id(args[0])
             if ident is not None:
                 now = self.recorder.now

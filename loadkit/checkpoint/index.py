@@ -14,7 +14,8 @@ folder), keeps the tensors a loader following the index would read, and lists:
   when a listed shard is missing or unreadable: its bytes cannot be counted);
 - ``unreadable shard``: a shard whose header cannot be read (its keys are lost);
 - ``unindexed shard``: a ``*.safetensors`` file the index does not name (a note, not a failure:
-  loaders following the index never read it, and repositories often ship one).
+  vLLM never reads it, and repositories often ship one; a ``model.safetensors`` beside the index
+  is the file transformers reads instead: ``single_file_beside_index``).
 
 Each problem has a ``severity``, from what loaders do with the index (vLLM 0.28.0 reads every
 tensor of every file the index names, never the index's list of keys, and raises for a named
@@ -74,6 +75,25 @@ class IndexProblem(NamedTuple):
             "severity": self.severity,
             "fails": self.fails,
         }
+
+
+SINGLE_FILE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME
+
+
+def single_file_beside_index(folder: str | os.PathLike[str]) -> Path | None:
+    """The ``model.safetensors`` of a folder that also has an index, if any: transformers'
+    ``from_pretrained`` reads it and ignores the index (it looks for the single file first,
+    transformers 5.24.0 ``modeling_utils._get_resolved_checkpoint_files``, modeling_utils.py:591),
+    where vLLM reads the files the index names.
+
+    >>> single_file_beside_index("data/plamo2/tied-with-lm-head") is None
+    True
+    """
+    p = Path(folder)
+    if not (p.is_dir() and os.path.lexists(p / INDEX_NAME)):
+        return None
+    single = p / SINGLE_FILE
+    return single if _identity(single) is not None else None
 
 
 def _quoted(shards: list[str]) -> str:
@@ -281,11 +301,17 @@ def open_lenient(
         )
     for shard in others:
         n = len(headers.get(shard, {}))
+        who = "loaders never read it"
+        if shard == SINGLE_FILE:
+            who = (
+                "vLLM never reads it (it reads the files the index names), but transformers' "
+                "from_pretrained reads it instead of the index and its shards"
+            )
         problems.append(
             IndexProblem(
                 "unindexed shard",
                 None,
-                f"'{shard}' ({n} tensors) is not named by the index: loaders never read it",
+                f"'{shard}' ({n} tensors) is not named by the index: {who}",
                 (shard,),
                 "note",
             )

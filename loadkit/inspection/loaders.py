@@ -132,7 +132,8 @@ def transformers_verdict(
 ) -> LoaderVerdict:
     """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
     index (a shard it cannot open makes it raise before it reports any list)."""
-    raised = index_raises(checkpoint, TRANSFORMERS)
+    # reading a model.safetensors beside the index, it never opens the shards
+    raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
     if raised:
         return LoaderVerdict(TRANSFORMERS, False, raised)
     problems = _strict(checkpoint, strict_index)
@@ -144,6 +145,8 @@ def transformers_verdict(
         kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
         problems.append(_names(kind, [m.name for m in result.mismatched]))
     problems += list(result.errors)
+    if result.reads and problems:
+        problems.insert(0, f"reads {result.reads}, not the index")
     return LoaderVerdict(TRANSFORMERS, not problems, problems)
 
 

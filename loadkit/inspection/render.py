@@ -462,6 +462,11 @@ def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None)
         f"transformers  {fp.cls}.from_pretrained, simulated on the meta device",
         f"  transformers {fp.transformers_version}: {said}",
     ]
+    if fp.reads:
+        lines.append(
+            f"  it reads {printable(fp.reads)}, not the index: from_pretrained prefers the "
+            "single file (the shards' tensors are vLLM's)"
+        )
     if verdict is not None and verdict.problems[:1] != fp.problems()[:1] and fp.problems():
         if any(p.startswith("raises") for p in verdict.problems):
             lines.append("  (it raises before it reports these lists: they are what the readable")

@@ -226,3 +226,34 @@ def test_of_two_shapes_transformers_keeps_the_last_copy(sharded_llama, tmp_path)
     assert r.loaders["transformers"].problems == [f"1 mismatched, raises: {key}"]
     assert r.loaders["vllm"].problems == [f"raises: 1 key stored twice with two shapes: {key}"]
     assert "would load cleanly" not in r.render()
+
+
+def test_a_single_file_beside_the_index_is_what_transformers_reads(sharded_llama, tmp_path):
+    # transformers 5.24.0 looks for model.safetensors before the index (modeling_utils.py:591)
+    # and never opens the shards; vLLM reads the files the index names
+    from safetensors.torch import load_file, save_file
+
+    folder = copy_of(sharded_llama, tmp_path)
+    shards = sorted({*json.loads((folder / INDEX).read_text())["weight_map"].values()})
+    whole = {k: v for s in shards for k, v in load_file(folder / s).items()}
+    renamed = {k.replace("model.", "transformer.", 1): v for k, v in whole.items()}
+    save_file(renamed, folder / "model.safetensors", metadata={"format": "pt"})
+    oracle = from_pretrained(folder)
+    assert isinstance(oracle, dict) and len(oracle["missing_keys"]) == 20
+    r = inspect_checkpoint(folder, model="hf")
+    fp = r.from_pretrained
+    assert fp.reads == "model.safetensors"
+    assert sorted(fp.missing) == oracle["missing_keys"]
+    assert sorted(fp.unexpected) == oracle["unexpected_keys"]
+    assert r.loaders["vllm"].clean is True  # the shards load
+    assert r.loaders["transformers"].problems[0] == "reads model.safetensors, not the index"
+    assert r.exit_status == 1
+    (note,) = [p for p in r.checkpoint.problems if p.kind == "unindexed shard"]
+    assert "loaders never read it" not in note.message
+    assert "from_pretrained reads it instead of the index" in note.message
+    # the same file with the right names: transformers loads it cleanly, as its oracle does
+    save_file(whole, folder / "model.safetensors", metadata={"format": "pt"})
+    assert clean(from_pretrained(folder))
+    again = inspect_checkpoint(folder, model="hf")
+    assert again.from_pretrained.reads == "model.safetensors" and again.clean is True
+    assert "it reads model.safetensors, not the index" in again.render()

@@ -60,6 +60,24 @@ def suggestions_seen():
     return list(SUGGESTIONS)
 
 
+# Every `python -m loadkit inspect` run of ``loadkit_cli`` that printed a suggested --mapper (in
+# its text or its --json), for the paste test too: (arguments, working folder, environment added,
+# what it printed).
+CLI_SUGGESTIONS: list[tuple[list[str], str | None, dict[str, str], str]] = []
+
+
+def _printed_a_fix(args: list[str], stdout: str) -> bool:
+    if not args or args[0] != "inspect":
+        return False
+    return '"flag": "--mapper ' in stdout or "\n  --mapper '" in stdout
+
+
+@pytest.fixture
+def cli_suggestions_seen():
+    """The CLI runs so far in this process that printed a suggested fix."""
+    return list(CLI_SUGGESTIONS)
+
+
 def _script(path: Path, name: str):
     """A script beside the library (data/, benchmarks/) imported as a module, as run."""
     sys.path.insert(0, str(path.parent))  # its own folder first, as when it is run
@@ -122,13 +140,18 @@ def loadkit_cli():
     def run(*args, cwd=None, timeout=120, env=None):
         environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
         environ.update(env or {})
-        return subprocess.run(
-            [sys.executable, "-m", "loadkit", *map(str, args)],
+        argv = [str(a) for a in args]
+        res = subprocess.run(
+            [sys.executable, "-m", "loadkit", *argv],
             capture_output=True,
             text=True,
             cwd=cwd,
             env=environ,
             timeout=timeout,
         )
+        if _printed_a_fix(argv, res.stdout):
+            folder = None if cwd is None else str(cwd)
+            CLI_SUGGESTIONS.append((argv, folder, dict(env or {}), res.stdout))
+        return res
 
     return run

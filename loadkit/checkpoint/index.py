@@ -8,11 +8,14 @@ folder), keeps the tensors a loader following the index would read, and lists:
 - ``missing shard``: the index names a shard that is not there (its keys: wherever they are);
 - ``wrong shard``: the index says a shard holds a key that it does not (the key is elsewhere);
 - ``not in index``: a shard holds a key the index does not list;
-- ``in two shards``: one key stored twice (a loader reads both; the later copy wins);
-- ``total_size``: the index's ``metadata.total_size`` is not the shards' tensor bytes;
+- ``in two shards``: one key stored twice (a loader reads both; the later copy wins, and is the
+  one the checkpoint keeps);
+- ``total_size``: the index's ``metadata.total_size`` is not the shards' tensor bytes (a note
+  when a listed shard is missing or unreadable: its bytes cannot be counted);
 - ``unreadable shard``: a shard whose header cannot be read (its keys are lost);
 - ``unindexed shard``: a ``*.safetensors`` file the index does not name (a note, not a failure:
-  loaders following the index never read it, and repositories often ship one).
+  vLLM never reads it, and repositories often ship one; a ``model.safetensors`` beside the index
+  is the file transformers reads instead: ``single_file_beside_index``).
 
 Each problem has a ``severity``, from what loaders do with the index (vLLM 0.28.0 reads every
 tensor of every file the index names, never the index's list of keys, and raises for a named
@@ -72,6 +75,29 @@ class IndexProblem(NamedTuple):
             "severity": self.severity,
             "fails": self.fails,
         }
+
+
+SINGLE_FILE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME
+
+
+def single_file_beside_index(folder: str | os.PathLike[str]) -> Path | None:
+    """The ``model.safetensors`` of a folder that also has an index, if any: transformers'
+    ``from_pretrained`` reads it and ignores the index (it looks for the single file first,
+    transformers 5.24.0 ``modeling_utils._get_resolved_checkpoint_files``, modeling_utils.py:591),
+    where vLLM reads the files the index names.
+
+    >>> single_file_beside_index("data/plamo2/tied-with-lm-head") is None
+    True
+    """
+    p = Path(folder)
+    if not (p.is_dir() and os.path.lexists(p / INDEX_NAME)):
+        return None
+    single = p / SINGLE_FILE
+    return single if _identity(single) is not None else None
+
+
+def _quoted(shards: list[str]) -> str:
+    return " and ".join(f"'{s}'" for s in shards)
 
 
 def _where(files: list[str]) -> str:
@@ -213,10 +239,12 @@ def open_lenient(
             tensors.update(infos)  # nearly every shard: each key listed, and held only here
             continue
         for name, info in infos.items():
-            if name in tensors:
-                continue  # a second copy: reported below, once per key
+            first_copy = tensors.pop(name, None) is None
+            # A later copy replaces it, in its own place in the stream (reported below, once
+            # per key): loaders read the shards in order and every copy, so the last one is
+            # what stays loaded.
             tensors[name] = info
-            if has_index and name not in weight_map:
+            if first_copy and has_index and name not in weight_map:
                 msg = f"shard '{shard}' holds it, but the index does not list it"
                 problems.append(IndexProblem("not in index", name, msg, (shard,), listed=None))
     for name in [n for n in first if n in several] if several else []:
@@ -225,36 +253,65 @@ def open_lenient(
         if len(read) > 1:
             shapes = {str(list(headers[s][name].shape)) for s in read}
             said = f"; the index says '{weight_map[name]}'" if name in weight_map else ""
-            differ = f"; shapes differ: {' and '.join(sorted(shapes))}" if len(shapes) > 1 else ""
+            # Of one shape, the last copy wins. Of two: vLLM loads every copy, and the one whose
+            # shape the parameter does not have fails its size assertion (default_weight_loader,
+            # weight_utils.py:1231); transformers merges the shards in order and checks only the
+            # last copy (its size mismatch raises). The checkpoint keeps the last copy.
+            outcome = (
+                f"shapes differ: {' and '.join(sorted(shapes))}: vLLM loads every copy and "
+                "raises for the one the parameter's shape does not fit; transformers keeps the "
+                f"last (in {read[-1]}) and raises only if that one does not fit"
+                if len(shapes) > 1
+                else "a loader reads every copy, and the last one wins"
+            )
             problems.append(
                 IndexProblem(
                     "in two shards",
                     name,
-                    f"stored in {' and '.join(read)}{said}{differ}: a loader reads every copy, "
-                    "and the last one wins",
+                    f"stored in {' and '.join(read)}{said}; {outcome}",
                     tuple(read),
                     # one copy of the two shapes cannot fit the parameter: the load fails
                     "fails" if len(shapes) > 1 else "inconsistent",
                     weight_map.get(name),
                 )
             )
+    # Each tensor counted once, as save_pretrained counts it: a key stored twice by the copy in
+    # the shard the index names for it (the copy kept may be another).
     stored = sum(t.nbytes for t in tensors.values())
+    for name, shards in several.items():
+        listed = weight_map.get(name)
+        if name in tensors and listed in shards and listed in headers:
+            stored += headers[listed][name].nbytes - tensors[name].nbytes
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
+        lost = sorted(s for s in indexed if s not in headers)  # missing or unreadable
+        why = ""
+        if lost:  # their bytes cannot be counted: a consequence, said under them, not a problem
+            why = (
+                f"; expected while {_quoted(lost)} cannot be read (its bytes are not counted): "
+                "a consequence of the problem above, not one of its own"
+            )
         problems.append(
             IndexProblem(
                 "total_size",
                 None,
                 f"the index's metadata.total_size is {total_size} bytes, but the shards hold "
-                f"{stored} bytes of tensors ({len(tensors)} tensors)",
+                f"{stored} bytes of tensors ({len(tensors)} tensors){why}",
+                severity="note" if lost else "inconsistent",
             )
         )
     for shard in others:
         n = len(headers.get(shard, {}))
+        who = "loaders never read it"
+        if shard == SINGLE_FILE:
+            who = (
+                "vLLM never reads it (it reads the files the index names), but transformers' "
+                "from_pretrained reads it instead of the index and its shards"
+            )
         problems.append(
             IndexProblem(
                 "unindexed shard",
                 None,
-                f"'{shard}' ({n} tensors) is not named by the index: loaders never read it",
+                f"'{shard}' ({n} tensors) is not named by the index: {who}",
                 (shard,),
                 "note",
             )

@@ -250,9 +250,8 @@ def suggest_fix(
     the user passed (``--mapper``), which the printed flag repeats before the new ones;
     ``replace``: they replaced the model's own rules (``--replace-mapper``).
 
-    Returns ``None`` when no rule explains two or more pairs; ``NotOffered`` (the rules and why)
-    when every rule was refused: it would scramble numbered siblings, or the rules do not leave
-    fewer problems than ``load`` has.
+    Returns ``None`` when no rule explains two or more pairs; ``NotOffered`` (the rules, and
+    why) when every rule was refused: siblings scrambled, or a second load no better.
     """
     from loadkit.mapper import WeightsMapper
 
@@ -287,8 +286,7 @@ def suggest_fix(
         if not suggestions:
             return NotOffered(rejected)
     if _problem_count(result) >= _problem_count(load):
-        why = _no_better(load, result, len(rules))
-        return NotOffered(rejected + [(r, why) for r in rules])
+        return NotOffered(rejected + [(r, _no_better(load, result, len(rules))) for r in rules])
     # --mapper extends the model's rules: the flag holds the rules given and the new ones
     base = mapper_as_json(given)
     flag = new if base is None else mapper_json(base, rules)

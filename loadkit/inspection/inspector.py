@@ -446,12 +446,31 @@ def judge_loaders(
         from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
 
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = from_pretrained_verdict(config, read.infos).under(options.rules)
+        infos, reads = transformers_reads(read)
+        from_pretrained = from_pretrained_verdict(config, infos).under(options.rules)
+        from_pretrained = from_pretrained._replace(reads=reads)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict
         )
     loaders = {n: verdicts[n] for n in available if n in verdicts}
     return LoaderVerdicts(loaders, selected, from_pretrained)
+
+
+def transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
+    """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
+    beside its index (transformers prefers it and never opens the shards), else the
+    checkpoint's; and that file's name, or ``None``."""
+    from loadkit.checkpoint.index import single_file_beside_index
+    from loadkit.checkpoint.reader import read_safetensors_header
+
+    single = single_file_beside_index(read.checkpoint.path)
+    if single is None:
+        return read.infos, None
+    try:
+        infos, _ = read_safetensors_header(single)
+    except LoadkitError:  # unreadable: from_pretrained fails on it; the index problems say why
+        return read.infos, None
+    return list(infos.values()), single.name
 
 
 def announce_fix(options: InspectOptions, report: InspectReport) -> None:

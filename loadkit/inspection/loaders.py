@@ -9,8 +9,9 @@ A checkpoint "loads" only with respect to a loader:
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit.inspection.simulate.from_pretrained``.
 
-Index problems where a listed shard is missing or unreadable fail both loaders (both read every
-tensor of every listed file). This module is torch-free: the records and the text only.
+Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
+shapes, make both loaders raise (both read every tensor of every listed file): each column says
+what it raises (``index_raises``). This module is torch-free: the records and the text only.
 
 >>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
 >>> headline([LoaderVerdict("transformers", True, []), v])
@@ -58,16 +59,43 @@ def _names(kind: str, names: list[str]) -> str:
     return f"{len(names)} {kind}: {shown}"
 
 
-def _index_problems(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
-    """The index problems every loader shares: those that stop the load, and with
-    ``strict_index`` the inconsistencies."""
-    n, m = len(checkpoint.failing), len(checkpoint.inconsistent)
-    out = [plural(n, "index problem")] if n else []
-    if strict_index and m:
-        out.append(
-            f"{plural(m, 'index inconsistency', 'index inconsistencies')} under --strict-index"
-        )
+def _shards(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]:
+    """What ``loader`` raises for the index problems that stop the load (``[]`` when none
+    does). Both raise for a shard they cannot open: vLLM 0.28.0 ``FileNotFoundError`` for a
+    listed file that is missing (weight_utils.py:594), the safetensors library a
+    ``SafetensorError`` for a file it cannot read. A key stored twice with two shapes fails
+    vLLM's size assertion on one copy (weight_utils.py:1231); transformers checks only the last
+    copy, which the checkpoint keeps, so its own simulation decides."""
+    failing = checkpoint.failing
+    if loader == TRANSFORMERS:
+        failing = [p for p in failing if p.kind != "in two shards"]
+    out = []
+    missing = sorted({p.listed for p in failing if p.kind == "missing shard" and p.listed})
+    if missing:
+        out.append(f"raises FileNotFoundError: listed shard {_shards(missing)} missing")
+    unreadable = sorted({p.listed or "" for p in failing if p.kind == "unreadable shard"})
+    if unreadable:
+        out.append(f"raises SafetensorError: shard {_shards(unreadable)} cannot be read")
+    twice = [p.key for p in failing if p.kind == "in two shards" and p.key]
+    if twice:
+        out.append(f"raises: {_names('key stored twice with two shapes', twice)}")
+    others = [p for p in failing if p.kind not in ("missing shard", "unreadable shard")]
+    others = [p for p in others if p.kind != "in two shards"]
+    if others:
+        out.append(f"{plural(len(others), 'index problem')} ({others[0].kind})")
     return out
+
+
+def _strict(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
+    """With ``strict_index``, the inconsistencies fail every loader alike."""
+    m = len(checkpoint.inconsistent)
+    if not (strict_index and m):
+        return []
+    return [f"{plural(m, 'index inconsistency', 'index inconsistencies')} under --strict-index"]
 
 
 def vllm_verdict(
@@ -78,8 +106,14 @@ def vllm_verdict(
     strict_index: bool = False,
 ) -> LoaderVerdict:
     """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
-    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp)."""
-    problems = _index_problems(checkpoint, strict_index)
+    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
+    checks ``tp`` before it builds the model and the index before it loads a weight: what
+    raises first is all it says."""
+    problems = tp.problems() if tp is not None else []
+    raised = index_raises(checkpoint)
+    if problems or raised:
+        return LoaderVerdict(VLLM, False, problems + raised)
+    problems = _strict(checkpoint, strict_index)
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
     if load.failing_missing:
@@ -89,7 +123,6 @@ def vllm_verdict(
     # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
     counted = ("unexpected", "shape mismatch", "never filled")
     problems += [p for p in load.problems() if not any(c in p for c in counted)]
-    problems += tp.problems() if tp is not None else []
     clean = load.clean and not problems
     return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
 
@@ -98,8 +131,12 @@ def transformers_verdict(
     result: FromPretrained, checkpoint: CheckpointSummary, *, strict_index: bool = False
 ) -> LoaderVerdict:
     """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
-    index."""
-    problems = _index_problems(checkpoint, strict_index)
+    index (a shard it cannot open makes it raise before it reports any list)."""
+    # reading a model.safetensors beside the index, it never opens the shards
+    raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
+    if raised:
+        return LoaderVerdict(TRANSFORMERS, False, raised)
+    problems = _strict(checkpoint, strict_index)
     if result.unexpected:
         problems.append(_names("unexpected", list(result.unexpected)))
     if result.missing:
@@ -108,6 +145,8 @@ def transformers_verdict(
         kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
         problems.append(_names(kind, [m.name for m in result.mismatched]))
     problems += list(result.errors)
+    if result.reads and problems:
+        problems.insert(0, f"reads {result.reads}, not the index")
     return LoaderVerdict(TRANSFORMERS, not problems, problems)
 
 

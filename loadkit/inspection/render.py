@@ -134,8 +134,8 @@ def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
     notes = len(c.problems) - failing - inconsistent
     head = f"  index problems ({failing + inconsistent})"
     if failing:
-        head += f": {failing} stop the load (a tensor cannot be read)"
-        head += f", {inconsistent} inconsistent (every tensor still loads)" if inconsistent else ""
+        head += f": {failing} stop the load (a loader raises)"
+        head += f", {inconsistent} inconsistent (these alone would not)" if inconsistent else ""
     elif inconsistent:
         head += ": loads; the index is inconsistent"
     else:
@@ -484,13 +484,25 @@ def _headline(r: Report) -> str | None:
     return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
 
 
-def _transformers(fp: FromPretrained, limit: int) -> list[str]:
-    """The ``transformers`` loader's section: what ``from_pretrained`` would report."""
-    verdict = "would load cleanly" if fp.clean else "would NOT load"
+def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None) -> list[str]:
+    """The ``transformers`` loader's section: what ``from_pretrained`` would report (its
+    ``verdict``, the index included, when the report has one)."""
+    said = "would load cleanly" if fp.clean else "would NOT load"
+    if verdict is not None and not verdict.clean:
+        said = f"would NOT load ({_problems(verdict.problems)})"
     lines = [
         f"transformers  {fp.cls}.from_pretrained, simulated on the meta device",
-        f"  transformers {fp.transformers_version}: {verdict}",
+        f"  transformers {fp.transformers_version}: {said}",
     ]
+    if fp.reads:
+        lines.append(
+            f"  it reads {printable(fp.reads)}, not the index: from_pretrained prefers the "
+            "single file (the shards' tensors are vLLM's)"
+        )
+    if verdict is not None and verdict.problems[:1] != fp.problems()[:1] and fp.problems():
+        if any(p.startswith("raises") for p in verdict.problems):
+            lines.append("  (it raises before it reports these lists: they are what the readable")
+            lines.append("  shards would give once the index problems above are fixed)")
     if fp.renamed:
         rows = [f"    {printable(k)} -> {printable(v)}" for k, v in fp.renamed.items()]
         lines.append(f"  keys transformers renames ({len(rows)})")
@@ -553,7 +565,8 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
         loader = "vllm loader: " if head is not None else ""
         lines += ["", *_load(r.load, r.model.cls, limit, r.fix, majority, loader)]
     if r.from_pretrained is not None:
-        lines += ["", *_transformers(r.from_pretrained, limit)]
+        verdict = (r.loaders or {}).get("transformers")
+        lines += ["", *_transformers(r.from_pretrained, limit, verdict)]
     if r.tensor_parallel is not None:
         lines += ["", *(printable(line) for line in r.tensor_parallel.render(limit))]
     return "\n".join([*lines, "", *_warnings(r), *_final_verdict(r, head)])
@@ -590,12 +603,12 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
     """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
     inconsistent = len(r.checkpoint.inconsistent)
     strict = r.strict_index and inconsistent
-    index = (
-        f"; the index is inconsistent ({plural(inconsistent, 'problem')} above, every tensor "
-        "still loads)"
-        if inconsistent and not strict
-        else ""
-    )
+    index = ""
+    if inconsistent and not strict and not r.checkpoint.failing:
+        index = (
+            f"; the index is inconsistent ({plural(inconsistent, 'problem')} above, every "
+            "tensor still loads)"
+        )
     if r.clean is None and (r.checkpoint.failing or strict):
         return [
             f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "

@@ -32,7 +32,7 @@ class CheckpointSummary(NamedTuple):
 
     @property
     def failing(self) -> list[IndexProblem]:
-        """The index problems a loader following the index fails on (a tensor cannot be read)."""
+        """The index problems a loader following the index raises for (a shard it cannot read)."""
         return [p for p in self.problems if p.fails]
 
     @property

@@ -4,10 +4,13 @@ The suite's inspects announce each fix (the audit event ``loadkit.inspect.sugges
 collected by ``conftest``); this module runs after every other test and pastes each printed
 flag: ``--mapper`` (parsed from the printed text as a shell would), ``--replace-mapper`` and
 ``--loader`` when printed. A proven fix must load cleanly; an unproven one must leave exactly the
-problems it said it would. Run alone, it produces the issue's cases itself first.
+problems it said it would. The command line's runs (``loadkit_cli``, in processes of their own,
+which no audit hook here sees) are collected by what they printed, and pasted on the command
+line. Run alone, it produces the issue's cases itself first.
 """
 
 import contextlib
+import json
 import shlex
 import shutil
 
@@ -82,3 +85,32 @@ def test_every_suggestion_pasted_gets_the_verdict_promised(
         checked += 1
     assert checked >= 2, "no suggestion was pasted"
     print(f"{checked} suggested fixes pasted")
+
+
+def test_every_suggestion_the_command_line_printed_pasted_gets_the_verdict_promised(
+    cli_suggestions_seen, loadkit_cli, tmp_path, quiet_transformers
+):
+    if not cli_suggestions_seen:  # run alone: one of its own
+        _own_cases(tmp_path)
+        loadkit_cli("inspect", tmp_path / "shifted", "--model", "hf")
+        from conftest import CLI_SUGGESTIONS
+
+        cli_suggestions_seen = list(CLI_SUGGESTIONS)
+    checked = 0
+    for argv, cwd, env, stdout in cli_suggestions_seen:
+        args = [a for a in argv if a != "--json"]
+        if "--json" in argv:
+            fix = json.loads(stdout)["suggested_fix"]
+        else:  # the text printed the flag as is; the --json run says what it promised
+            fix = json.loads(loadkit_cli(*args, "--json", cwd=cwd, env=env).stdout)["suggested_fix"]
+            assert f"  {fix['flag']}" in stdout.splitlines()
+        pasted = loadkit_cli(*args, *shlex.split(fix["flag"]), "--json", cwd=cwd, env=env)
+        doc = json.loads(pasted.stdout)
+        where = " ".join([*args, fix["flag"]])
+        if fix["proven"]:
+            assert pasted.returncode == 0 and doc["clean"] is True, (where, doc["load"]["problems"])
+        else:
+            assert doc["load"]["problems"] == fix["problems"], where
+        checked += 1
+    assert checked >= 1, "no suggestion printed by the command line was pasted"
+    print(f"{checked} suggested fixes the command line printed pasted")

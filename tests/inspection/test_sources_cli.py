@@ -190,7 +190,7 @@ def test_a_partial_snapshot_is_read_and_says_what_it_lacks(bert, loadkit_cli, tm
         "lacks it (an interrupted download?)"
     ) in lines
     assert any(line.startswith("    missing shard") for line in lines)
-    assert "  index problems (14): 13 stop the load (a tensor cannot be read)" in got.stdout
+    assert "  index problems (13): 13 stop the load (a loader raises); 1 note" in got.stdout
 
 
 def test_a_repo_id_with_a_commit_names_it_once(bert, loadkit_cli):

@@ -77,6 +77,8 @@ class FromPretrained(NamedTuple):
     transformers_version: str
     allowed: tuple[str, ...] = ()  # missing tensors that --allow-missing lets stay unfilled
     ignored: tuple[str, ...] = ()  # unexpected keys that --skip-prefix and the ignore rules take
+    # the file it reads instead of the index's shards (a model.safetensors beside the index)
+    reads: str | None = None
 
     def under(self, rules: LoadRules) -> FromPretrained:
         """The lists with the user's load rules applied, as transformers applies a class's own
@@ -148,6 +150,7 @@ class FromPretrained(NamedTuple):
             "transformers_version": self.transformers_version,
             "allowed": list(self.allowed),
             "ignored": list(self.ignored),
+            "reads": self.reads,
         }
 
 

@@ -114,7 +114,8 @@ def wrap(text: str, width: int = WIDTH, *, hang: int | None = None) -> str:
     it goes ``hang`` (default 4) columns right of the line's indent. A tree line's ``├──``
     continues as ``│``. Words longer than the width (a long key, a rule of dashes) are never
     split, so a name stays whole and copyable, and such a line can stay wider than ``width``.
-    A count stays with the word after it (``9 missing``, never ``9`` at a line's end).
+    A count stays with the word after it (``9 missing``, never ``9`` at a line's end), a
+    number after a word with that word (``rank 3``).
 
     >>> print(wrap("key: " + "word " * 5, width=16))
     key: word word
@@ -153,8 +154,10 @@ def _second_word(line: str, lead: int) -> int | None:
     return start if start < len(line) else None
 
 
-# A number standing alone, and the space after it: a count and its noun fold as one word.
-_COUNT = re.compile(r"(?<!\S)(\d+) (?=\S)")
+# A number standing alone and the space after it: a count and its noun fold as one word
+# ("; 1 mismatched"); after a word it numbers that word instead ("rank 3"), and stays with it.
+_COUNT = re.compile(r"(?<![A-Za-z] )(?<![^\s(\[])(\d+) (?=\S)")
+_NUMBERED = re.compile(r"(?<=[A-Za-z]) (\d+)(?![^\s,;:)\]])")
 _GLUE = "\x00"  # holds a count to its noun while folding (printed text never holds it)
 
 
@@ -162,7 +165,9 @@ def _fold(line: str, width: int, first: str, indent: str) -> list[str]:
     import textwrap  # here: the header-only inspector imports this module and rarely folds
 
     glue = _GLUE not in line
-    body = _COUNT.sub(r"\1" + _GLUE, line[len(first) :]) if glue else line[len(first) :]
+    body = line[len(first) :]
+    if glue:
+        body = _NUMBERED.sub(_GLUE + r"\1", _COUNT.sub(r"\1" + _GLUE, body))
     folded = textwrap.wrap(
         body,
         width=width,

@@ -90,6 +90,12 @@ def test_wrap_keeps_a_count_with_its_noun():
         "vllm: would NOT load (2 missing: model.h.0.attn.c_attn.bias, model.h.1.attn.c_attn.bias;",
         "        1 mismatched: model.h.0.mlp.c_fc.weight)",
     ]
-    assert wrap("x 9 missing y", width=5).splitlines() == ["x", "    9 missing", "    y"]
+    assert wrap("x; 9 missing y", width=5).splitlines() == ["x;", "    9 missing", "    y"]
+    # a number after a word numbers it, and stays with it (notebook 05's "rank 3")
+    assert wrap("bias; rank 3 TensorParallelError: x", width=20).splitlines() == [
+        "bias; rank 3",
+        "        TensorParallelError:",
+        "        x",
+    ]
     # only a number standing alone is a count: a shape still folds inside
     assert wrap("shape [32, 128] ok", width=11).splitlines() == ["shape [32,", "    128] ok"]

@@ -423,6 +423,6 @@ def test_the_inspector_reads_as_its_pipeline():
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions
     ]
     called = [n.func.id for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset))]
-    steps = functions[functions.index("inspect") + 1 :]
-    assert called == steps, (called, steps)
+    steps = [f for f in functions[functions.index("inspect") + 1 :] if not f.startswith("_")]
+    assert called == steps, (called, steps)  # a private helper of a step is no step
     assert "read_checkpoint" in steps and "plan_tensor_parallel" in steps

@@ -446,7 +446,7 @@ def judge_loaders(
         from loadkit.inspection.simulate.from_pretrained import from_pretrained_verdict
 
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        infos, reads = transformers_reads(read)
+        infos, reads = _transformers_reads(read)
         from_pretrained = from_pretrained_verdict(config, infos).under(options.rules)
         from_pretrained = from_pretrained._replace(reads=reads)
         verdicts[TRANSFORMERS] = transformers_verdict(
@@ -456,7 +456,7 @@ def judge_loaders(
     return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
-def transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
+def _transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
     """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
     beside its index (transformers prefers it and never opens the shards), else the
     checkpoint's; and that file's name, or ``None``."""

@@ -92,10 +92,10 @@ def test_every_suggestion_the_command_line_printed_pasted_gets_the_verdict_promi
 ):
     if not cli_suggestions_seen:  # run alone: one of its own
         _own_cases(tmp_path)
-        loadkit_cli("inspect", tmp_path / "shifted", "--model", "hf")
-        from conftest import CLI_SUGGESTIONS
-
-        cli_suggestions_seen = list(CLI_SUGGESTIONS)
+        argv = ["inspect", str(tmp_path / "shifted"), "--model", "hf"]
+        printed = loadkit_cli(*argv).stdout
+        assert "\n  --mapper '" in printed, printed
+        cli_suggestions_seen = [(argv, None, {}, printed)]
     checked = 0
     for argv, cwd, env, stdout in cli_suggestions_seen:
         args = [a for a in argv if a != "--json"]

@@ -6,8 +6,10 @@ of unused keys and missing tensors. Here the rules are added to the mapper the m
 and the load is simulated again (the caller's ``retry``). A rule that would move numbered
 siblings unevenly (checkpoint layer 6 into model layer 0 while layers 1-5 keep their numbers) is
 never offered, whatever the names say. Only rules that leave fewer problems are reported, and
-they are *proven* only when the second load is clean, every shape matches and no sibling moved
-unevenly. Torch-free: the retry is the caller's.
+they are *proven* only when the second load is clean, every shape matches, no sibling moved
+unevenly, and no key of a rule fits another missing tensor of its shape in the same place (the
+names alone chose: ``wq`` in ``o_proj`` loads as cleanly as in ``q_proj``). Torch-free: the
+retry is the caller's.
 """
 
 from __future__ import annotations

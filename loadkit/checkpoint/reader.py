@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -171,7 +172,7 @@ class Checkpoint:
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
+        return sum(map(_NBYTES, self.tensors.values()))
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -203,6 +204,9 @@ class Checkpoint:
             f"<Checkpoint {self.path}: {len(self.tensors)} tensors, {len(self.files)} file(s), "
             f"{self.total_bytes / 2**20:.1f} MiB>"
         )
+
+
+_NBYTES = attrgetter("nbytes")
 
 
 def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Tensor:

@@ -8,7 +8,7 @@ count that is not a multiple of the instances shows a missing layer or tensor at
 tensor node of a folded tree knows its siblings: the shape most of them have, the ones that differ
 (``[8, 16] in encoder.layer.3``) and the instances that lack it (``missing in encoder.layer.4``).
 
-Torch-free and built in one pass over the names (counts are summed bottom-up afterwards): the
+Torch-free and built in one pass over the names (counted per node, then summed bottom-up): the
 header-only inspector builds it for checkpoints of any size. Any name fits: a name of more than
 ``MAX_DEPTH`` components keeps its tail as one node, a component of more than 18 digits is not
 folded, and a folded label that a literal component already spells (``{0}``) gets a ``'``.
@@ -16,6 +16,7 @@ folded, and a folded label that a literal component already spells (``{0}``) get
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -34,9 +35,10 @@ class LayoutNode:
     """
 
     __slots__ = (
+        "_folds",
         "_indices",
+        "_items",
         "_universe",
-        "_where",
         "children",
         "dtypes",
         "instances",
@@ -68,9 +70,11 @@ class LayoutNode:
         self.missing_in: list[str] = []  # folded instances that lack this tensor
         self.only_in: list[str] = []  # ... or, when most do, the few that have it
         self.of = 0  # a folded tensor: the instances of its innermost fold
-        self._indices: set[int] | None = None
         self._universe: set[tuple[int, ...]] | None = None  # a folded node: instances below it
-        self._where: list[tuple[tuple[int, ...], tuple[int, ...] | None, str]] = []
+        # While building: the items whose names end here, their numbers, the folds above.
+        self._items: list[tuple[Any, ...]] | None = None
+        self._indices: list[tuple[int, ...]] | None = None
+        self._folds: tuple[LayoutNode, ...] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -287,30 +291,28 @@ def _step(at: _At, part: str, fold: bool) -> _At:
     if child is None:
         child = node.children[key] = LayoutNode("" if numbered else part)
         if numbered:
-            child._indices = set()
             child._universe = set()
     if not numbered:
         return child, index, folds
-    i = int(part)
-    index = (*index, i)
-    child._indices.add(i)  # type: ignore[union-attr]
-    child._universe.add(index)  # type: ignore[union-attr]  # an instance with a tensor below
-    return child, index, (*folds, child)
+    return child, (*index, int(part)), (*folds, child)
 
 
 def _walk(prefixes: dict[str, _At], name: str, top: _At, fold: bool) -> _At:
-    """Where ``name`` ends, from the longest of its dotted prefixes already walked."""
+    """Where ``name``, a dotted prefix not walked yet, ends: from the longest of its dotted
+    prefixes already walked."""
     below: list[tuple[str, str]] = []  # (prefix, its last component), deepest first
     prefix = name
-    at = prefixes.get(prefix)
-    while at is None:
+    while True:
         up, dot, last = prefix.rpartition(".")
         below.append((prefix, last))
         if not dot:
             at = top
             break
         prefix = up
-        at = prefixes.get(prefix)
+        found = prefixes.get(prefix)
+        if found is not None:
+            at = found
+            break
     for prefix, last in reversed(below):
         at = prefixes[prefix] = _step(at, last, fold)
     return at
@@ -327,47 +329,76 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
     # Names share their heads (``model.layers.3.mlp``): each dotted prefix is walked once and
     # remembered, so a name costs the components below the longest prefix already seen.
     prefixes: dict[str, _At] = {}
-    firsts: list[tuple[LayoutNode, tuple[LayoutNode, ...]]] = []  # each tensor node, once
-    for name, nbytes, dtype, *rest in items:
-        if name.count(".") < MAX_DEPTH:
-            head, dot, last = name.rpartition(".")  # a tensor's own name is rarely a prefix
-            at = (prefixes.get(head) or _walk(prefixes, head, top, fold)) if dot else top
-            node, index, folds = _step(at, last, fold)
-        else:  # its tail stays one component: walked, never remembered
+    tensors: list[LayoutNode] = []  # each tensor node, once
+    for item in items:
+        # An item is kept at the node its name ends at, and counted there afterwards, in bulk.
+        name = item[0]
+        head, dot, last = name.rpartition(".")  # a tensor's own name is rarely a prefix
+        at = prefixes.get(head) if dot else top
+        if at is None and name.count(".") < MAX_DEPTH:
+            at = _walk(prefixes, head, top, fold)
+        if at is None:  # a longer name's tail stays one component: walked, never remembered
             at = top
             for part in name.split(".", MAX_DEPTH - 1):
                 at = _step(at, part, fold)
             node, index, folds = at
-        node.is_tensor = True
-        if not node._where:
-            firsts.append((node, folds))
-        shape = tuple(rest[0]) if rest and rest[0] is not None else None
-        node._where.append((index, shape, dtype))
-        node.tensors += 1  # each tensor counts at its node ...
-        node.nbytes += nbytes
-        node.dtypes[dtype] = node.dtypes.get(dtype, 0) + 1
-        count, total, _ = node.own or (0, 0, dtype)
-        node.own = (count + 1, total + nbytes, dtype)
-    _finish(root, "", root=True)  # ... and is summed into every node above it here
-    for node, folds in firsts:
-        _describe(node, folds)
+        else:
+            seen = at[0].children.get(last)  # None for a numbered one while folding
+            if seen is not None and seen._items is not None:  # a tensor node met before
+                node, index = seen, at[1]
+            else:
+                node, index, folds = _step(at, last, fold)
+        if node._items is None:
+            node._items, node._folds = [], folds
+            node._indices = [] if folds else None
+            tensors.append(node)
+        node._items.append(item)
+        if node._indices is not None:
+            node._indices.append(index)
+    for node in tensors:
+        _count_own(node)
+    _finish(root, "", root=True)  # ... and each node's counts are summed into those above it
+    for node in tensors:
+        _describe(node)
     return root
 
 
-def _describe(node: LayoutNode, folds: Sequence[LayoutNode]) -> None:
+def _count_own(node: LayoutNode) -> None:
+    """Count the tensors that end at ``node``, and tell its folds which instances hold them."""
+    items = node._items or []
+    node.is_tensor = True
+    if len(items) == 1:  # most nodes of an unfolded tree
+        item = items[0]
+        node.tensors, node.nbytes, node.dtypes = 1, item[1], {item[2]: 1}
+    else:
+        node.tensors = len(items)
+        node.nbytes = sum(item[1] for item in items)
+        node.dtypes = dict(Counter(item[2] for item in items))
+    node.own = (node.tensors, node.nbytes, items[-1][2])
+    index = node._indices or []
+    for depth, folded in enumerate(node._folds or (), 1):  # each instance with a tensor below
+        if folded._universe is not None:  # always, for a folded node
+            folded._universe.update(i[:depth] for i in index)
+
+
+def _describe(node: LayoutNode) -> None:
     """Set a tensor node's shape, and for a folded one the instances that differ or lack it."""
-    where, node._where = node._where, []
-    counts: dict[tuple[tuple[int, ...] | None, str], int] = {}
-    for _, shape, dtype in where:
-        counts[(shape, dtype)] = counts.get((shape, dtype), 0) + 1
-    shape, dtype = max(counts, key=lambda k: counts[k])  # the first most common (dicts keep order)
+    items, index, folds = node._items or [], node._indices or [], node._folds or ()
+    node._items = node._indices = node._folds = None
+    if len(items) == 1 and not folds:  # most nodes of an unfolded tree
+        node.shape = _shape_of(items[0])
+        return
+    where = [(_shape_of(item), item[2]) for item in items]
+    counts = Counter(where)
+    shape, dtype = max(counts, key=counts.__getitem__)  # the first most common (dicts keep order)
     node.shape = shape
     if not folds:
         return
     odd: dict[tuple[tuple[int, ...] | None, str], list[str]] = {}
-    for index, s, d in where:
-        if (s, d) != (shape, dtype):
-            odd.setdefault((s, d), []).append(_place(folds, index))
+    if len(counts) > 1:
+        for i, (s, d) in zip(index, where, strict=True):
+            if (s, d) != (shape, dtype):
+                odd.setdefault((s, d), []).append(_place(folds, i))
     node.variants = []
     for (s, d), places in odd.items():
         usual = [_shape(shape)] if s != shape else []
@@ -375,16 +406,20 @@ def _describe(node: LayoutNode, folds: Sequence[LayoutNode]) -> None:
         node.variants.append(
             Variant(s if s != shape else None, d if d != dtype else None, places, " ".join(usual))
         )
-    present = {index for index, _, _ in where}
+    present = set(index)
     universe = folds[-1]._universe or set()
     node.of = len(universe)
     # Name the smaller side, so the work stays linear in the tensors: the few instances that
     # lack the tensor, or (for a tensor most lack, like one extra key per layer) the few that
     # have it.
     if 2 * len(present) >= len(universe):
-        node.missing_in = [_place(folds, index) for index in sorted(universe - present)]
+        node.missing_in = [_place(folds, i) for i in sorted(universe - present)]
     else:
-        node.only_in = [_place(folds, index) for index in sorted(present)]
+        node.only_in = [_place(folds, i) for i in sorted(present)]
+
+
+def _shape_of(item: tuple[Any, ...]) -> tuple[int, ...] | None:
+    return tuple(item[3]) if len(item) > 3 and item[3] is not None else None
 
 
 def _place(folds: Sequence[LayoutNode], index: tuple[int, ...]) -> str:
@@ -402,10 +437,10 @@ def _finish(node: LayoutNode, path: str, root: bool = False) -> None:
         return
     children = {}
     for child in node.children.values():
-        if child._indices is not None:
-            child.name = "{" + _ranges(child._indices) + "}"
-            child.instances = len(child._indices)
-            child._indices = None
+        if child._universe is not None:  # a numbered child: label it
+            numbers = {index[-1] for index in child._universe}
+            child.name = "{" + _ranges(numbers) + "}"
+            child.instances = len(numbers)
         while child.name in children:  # a literal "{0}" next to a folded {0}: keep both
             child.name += "'"
         _finish(child, child.name if root else f"{path}.{child.name}")  # ".a": "" then ".a"

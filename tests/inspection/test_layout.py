@@ -3,7 +3,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadkit.inspection.layout import build_layout, treemap_columns
+from loadkit.inspection.layout import MAX_DEPTH, build_layout, treemap_columns
 
 NAMES = [
     ("model.embed_tokens.weight", 64, "F32"),
@@ -182,3 +182,145 @@ def test_a_fold_says_how_many_instances_of_how_many_tensors():
     assert rows["encoder.layer.{0-5}"].startswith("6 layers x 4 tensors 96 B")  # not "24 x6"
     assert rows["experts.{0-7}"].startswith("8 experts x 1 tensor 32 B")
     assert rows["x.weight"].startswith("1 tensor 4 B")  # singular
+
+
+# Names that take every branch of the build: folds with a gap and a zero-padded number, nested
+# folds, shape and dtype variants, a tensor most instances lack and one a few lack, a numbered
+# last component, an 18- and a 19-digit component, a folded label also spelled literally (either
+# first), an empty component, the same name more than once (at a folded and an unfolded node),
+# a name that is also a prefix, shapes as lists and missing.
+EVERY_BRANCH = [
+    ("embed.weight", 8, "F32", (2, 1)),
+    ("layers.0.attn.w", 4, "F32", (1,)),
+    ("layers.0.experts.0.w", 2, "BF16", [1]),
+    ("layers.0.experts.1.w", 2, "BF16", (1,)),
+    ("layers.1.attn.w", 4, "F32", (1,)),
+    ("layers.1.experts.0.w", 2, "F16", (1,)),
+    ("layers.1.experts.1.w", 2, "BF16", (2,)),
+    ("layers.3.attn.w", 4, "F32", (3,)),
+    ("layers.3.extra", 4, "F32", (1,)),
+    ("layers.{0}.x", 1, "F32", None),
+    ("layers.007.attn.w", 4, "F32", (1,)),
+    ("experts.3", 1, "I8", (1,)),
+    ("experts.5", 1, "I8", (1,)),
+    ("ids.1234567890123456789.w", 1, "F32"),
+    ("ids.123456789012345678.w", 1, "F32"),
+    ("embed.weight", 8, "F32", (2, 1)),
+    ("embed", 1, "F32", ()),
+    ("a..b", 1, "F32", (1,)),
+    ("layers.0.mlp.w", 2, "F32", (2,)),
+    ("layers.1.mlp.w", 2, "F32", (2,)),
+    ("layers.3.mlp.w", 2, "F32", (2,)),
+    ("heads.0.w", 1, "F32", (1,)),
+    ("heads.{0}.v", 1, "F32", (1,)),
+    ("bias.{0}", 1, "F32", (1,)),
+    ("bias.0", 1, "F32", (1,)),
+    ("norm", 2, "F32", (4,)),
+    ("norm", 2, "BF16", (5,)),
+    ("norm", 2, "BF16", [5]),
+]
+
+EVERY_BRANCH_FOLDED = [  # rows of render(), hand-checked
+    "embed                          3 tensors                   17 B  F32 3  []",
+    "  weight                       2 tensors                   16 B  F32 2  [2, 1]",
+    "layers                        13 tensors                   35 B  BF16 3, F16 1, F32 9",
+    "  {0-1,3,7}                    4 layers x 3 tensors        34 B  BF16 3, F16 1, F32 8",
+    "    attn.w                     4 tensors                   16 B  F32 4  [1]; [3] in layers.3",
+    "    experts.{0-1}              2 experts x 2 tensors        8 B  BF16 3, F16 1",
+    "      w                        4 tensors                    8 B  BF16 3, F16 1  "
+    "[1]; F16 in layers.1.experts.0; [2] in layers.1.experts.1",
+    "    extra                      1 tensor                     4 B  F32 1  "
+    "[1]; 1 of 4: only in layers.3",
+    "    mlp.w                      3 tensors                    6 B  F32 3  "
+    "[2]; 3 of 4: missing in layers.7",
+    "  {0}.x                        1 tensor                     1 B  F32 1",
+    "experts.{3,5}                  2 experts x 1 tensor         2 B  I8 2  [1]",
+    "ids                            2 tensors                    2 B  F32 2",
+    "  1234567890123456789.w        1 tensor                     1 B  F32 1",
+    "  {123456789012345678}.w       1 tensor                     1 B  F32 1",
+    "a..b                           1 tensor                     1 B  F32 1  [1]",
+    "heads                          2 tensors                    2 B  F32 2",
+    "  {0}.w                        1 tensor                     1 B  F32 1  [1]",
+    "  {0}'.v                       1 tensor                     1 B  F32 1  [1]",
+    "bias                           2 tensors                    2 B  F32 2",
+    "  {0}                          1 tensor                     1 B  F32 1  [1]",
+    "  {0}'                         1 tensor                     1 B  F32 1  [1]",
+    "norm                           3 tensors                    6 B  BF16 2, F32 1  [5]",
+]
+
+
+def test_a_folded_tree_of_names_that_take_every_branch():
+    root = build_layout(EVERY_BRANCH, fold=True)
+    assert [row.rstrip() for row in root.render().splitlines()] == EVERY_BRANCH_FOLDED
+    assert [(n.path, n.own, n.shape, n.dtypes) for n in root.walk() if n.own][-3:] == [
+        ("bias.{0}", (1, 1, "F32"), (1,), {"F32": 1}),
+        ("bias.{0}'", (1, 1, "F32"), (1,), {"F32": 1}),  # bias.0, after the literal {0}
+        ("norm", (3, 6, "BF16"), (5,), {"F32": 1, "BF16": 2}),  # the first most common shape
+    ]
+    w = root.find("layers.{0-1,3,7}.experts.{0-1}.w")
+    assert [(v.shape, v.dtype, v.places, v.usual) for v in w.variants] == [
+        (None, "F16", ["layers.1.experts.0"], "BF16"),
+        ((2,), None, ["layers.1.experts.1"], "[1]"),
+    ]
+    assert (w.tensors, w.nbytes, w.of, w.missing_in, w.only_in) == (4, 8, 4, [], [])
+    extra = root.find("layers.{0-1,3,7}.extra")
+    assert (extra.only_in, extra.of, extra.missing_in) == (["layers.3"], 4, [])
+    mlp = root.find("layers.{0-1,3,7}.mlp.w")
+    assert (mlp.missing_in, mlp.of, mlp.only_in) == (["layers.7"], 4, [])
+    assert [n.path for n in root.odd_ones()] == [
+        "layers.{0-1,3,7}.attn.w",
+        "layers.{0-1,3,7}.experts.{0-1}.w",
+        "layers.{0-1,3,7}.extra",
+        "layers.{0-1,3,7}.mlp.w",
+    ]
+    experts = root.find("experts.{3,5}")
+    assert (experts.is_tensor, experts.instances, experts.own) == (True, 2, (2, 2, "I8"))
+    assert root.as_dict()["children"][-1] == {
+        "name": "norm",
+        "path": "norm",
+        "tensors": 3,
+        "bytes": 6,
+        "dtypes": {"BF16": 2, "F32": 1},
+        "is_tensor": True,
+        "shape": [5],
+    }
+    assert treemap_columns(root)["ids"][-3:] == [
+        "(checkpoint)/bias/{0}",
+        "(checkpoint)/bias/{0}'",
+        "(checkpoint)/norm",
+    ]
+
+
+def test_an_unfolded_tree_keeps_every_name():
+    items = [(n, b, d) for n, b, d, *_ in EVERY_BRANCH if n not in ("embed.weight", "norm")]
+    root = build_layout(items)
+    assert sorted(root.leaves()) == sorted(items)
+    assert [name for name, _, _ in root.leaves()][:12] == [  # depth first, as names appear
+        "layers.0.attn.w",
+        "layers.0.experts.0.w",
+        "layers.0.experts.1.w",
+        "layers.0.mlp.w",
+        "layers.1.attn.w",
+        "layers.1.experts.0.w",
+        "layers.1.experts.1.w",
+        "layers.1.mlp.w",
+        "layers.3.attn.w",
+        "layers.3.extra",
+        "layers.3.mlp.w",
+        "layers.{0}.x",
+    ]
+    assert root.find("layers.007.attn.w").path == "layers.007.attn.w"
+    assert list(root.find("layers").children) == ["0", "1", "3", "{0}", "007"]
+    assert root.find("norm") is None
+
+
+def test_a_name_longer_than_max_depth_keeps_its_tail_as_one_component():
+    long = ".".join(["d"] * (MAX_DEPTH - 1) + ["7", "8"])
+    items = [(long, 1, "F32", (1,)), ("d.0.w", 1, "F32", (1,))]
+    for fold in (False, True):
+        root = build_layout(items, fold=fold)
+        node = root.find(long)
+        assert node is not None and node.name == "7.8" and node.is_tensor
+        assert node.path == long and node.own == (1, 1, "F32")
+    assert list(build_layout(items).leaves()) == [(long, 1, "F32"), ("d.0.w", 1, "F32")]
+    assert build_layout(items, fold=True).find("d.{0}.w").tensors == 1

@@ -7,8 +7,13 @@ file ends where the last one does. Python's ``json`` is looser than serde_json (
 surrogates, a duplicated ``dtype``, ``-0`` as an integer), and materialising a hostile 100 MB
 header in Python objects takes gigabytes. So this module parses the header itself:
 
-- a regular expression reads a whole ``"name": {dtype, shape, data_offsets}`` entry at a time
-  (fields in any order), the form every writer produces;
+- the header every writer produces (an optional ``__metadata__`` first, then the entries in data
+  order, each ``"name": {"dtype", "shape", "data_offsets"}`` in that order, no escape in a name)
+  is validated and read whole, a regular expression pass over each few thousand entries, its
+  layout checked on whole columns (``read_header``); the slightest doubt hands it to the careful
+  path below, which reads the same header to the same result or says precisely what is wrong;
+- the careful path: a regular expression reads a whole ``"name": {dtype, shape, data_offsets}``
+  entry at a time (fields in any order);
 - any other entry (escaped names, extra fields that safetensors ignores, the array form
   ``["F32", [2], [0, 8]]`` that serde also accepts) is decoded on its own, at most
   ``MAX_ENTRY_CHARS`` of it, with hooks that refuse what serde refuses;
@@ -25,14 +30,17 @@ dimension must fit in int64 and an F4 tensor's last dimension must be even
 >>> entries, meta = parse_header('{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}')
 >>> entries
 [HeaderEntry(name='w', dtype='F32', shape=(2,), begin=0, end=8)]
+>>> read_header('{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', 8)
+HeaderTable(names=['w'], dtypes=['F32'], shapes=[(2,)], begins=[0], nbytes=[8], metadata=None)
 """
 
 from __future__ import annotations
 
 import json
 import re
+from itertools import repeat
 from math import prod
-from operator import itemgetter
+from operator import itemgetter, mul, sub
 from typing import Any, NamedTuple
 
 from loadkit.checkpoint.dtypes import SAFETENSORS_DTYPES, torch_shape
@@ -447,6 +455,126 @@ def tensor_nbytes(e: HeaderEntry) -> int:
             e.name,
         )
     return bits // 8
+
+
+# --- the common header, read whole ------------------------------------------------------------
+
+
+class HeaderTable(NamedTuple):
+    """A checked header: its tensors in data order, one sequence per field (offsets relative to
+    the data section), and its ``__metadata__`` JSON text (``None`` without one)."""
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[tuple[int, ...]]
+    begins: list[int]
+    nbytes: list[int]
+    metadata: str | None
+
+
+def read_header(text: str, data_size: int) -> HeaderTable:
+    """``parse_header`` and ``check_layout`` in one: a header's tensors in data order, checked
+    against ``data_size`` bytes of data. Raises ``HeaderProblem`` (``TruncatedData``) exactly
+    as they do.
+
+    The common header is read whole at C speed (``_read_common``); any other goes the careful
+    way, which also says what is wrong.
+
+    >>> table = read_header('{"a": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}}', 3)
+    >>> table.names, table.shapes, table.nbytes
+    (['a'], [(3,)], [3])
+    """
+    table = _read_common(text, data_size)
+    if table is not None:
+        return table
+    entries, metadata = parse_header(text)
+    ordered = check_layout(entries, data_size)
+    if not ordered:
+        return HeaderTable([], [], [], [], [], metadata)
+    names, dtypes, shapes, begins, ends = zip(*ordered, strict=True)
+    nbytes = list(map(sub, ends, begins))
+    return HeaderTable(list(names), list(dtypes), list(shapes), list(begins), nbytes, metadata)
+
+
+# The common header's grammar is the careful path's canonical entry (``_CANONICAL``) with every
+# repetition bounded, so that no entry it reads can exceed MAX_ENTRY_CHARS (the careful path
+# refuses one that does) and no number can exceed int64: whitespace runs of at most
+# _COMMON_SPACE, names of at most _COMMON_NAME characters, at most _COMMON_DIMS dimensions of at
+# most 18 digits (below 2**63), dtype names of at most 16 characters. Its longest entry is far
+# below MAX_ENTRY_CHARS (tests/checkpoint/test_common_header.py builds it). Anything longer is
+# not an error here, only not common: the careful path reads it.
+_COMMON_SPACE = 256
+_COMMON_NAME = 65536
+_COMMON_DIMS = 64
+_CWS = rf"[ \t\n\r]{{0,{_COMMON_SPACE}}}+"
+_CUINT = r"(?:0|[1-9][0-9]{0,17}+)"
+# "name": {"dtype": "...", "shape": [...], "data_offsets": [begin, end]}; groups: name, dtype,
+# the shape's inside, begin, end.
+_COMMON_BODY = (
+    rf'"([^"\\\x00-\x1f]{{0,{_COMMON_NAME}}}+)"{_CWS}:{_CWS}\{{{_CWS}"dtype"{_CWS}:{_CWS}'
+    rf'"([A-Z0-9_]{{1,16}}+)"{_CWS},{_CWS}"shape"{_CWS}:{_CWS}'
+    rf"\[{_CWS}((?:{_CUINT}(?:{_CWS},{_CWS}{_CUINT}){{0,{_COMMON_DIMS - 1}}}+)?){_CWS}\]"
+    rf'{_CWS},{_CWS}"data_offsets"{_CWS}:{_CWS}\[{_CWS}({_CUINT}){_CWS},{_CWS}({_CUINT}){_CWS}\]'
+    rf"{_CWS}\}}{_CWS}"
+)
+# The opening brace and, when it comes first (as the library writes it), the __metadata__.
+_COMMON_START = _Lazy(
+    rf'{_CWS}\{{{_CWS}(?:"__metadata__"{_CWS}:{_CWS}({_META.source}){_CWS},{_CWS})?'
+)
+_COMMON_ENTRY = _Lazy(rf"{_COMMON_BODY},{_CWS}")  # an entry, but the last
+_COMMON_LAST = _Lazy(rf"{_COMMON_BODY}\}}{_CWS}")  # the last entry and the closing brace
+
+
+def _read_common(text: str, data_size: int) -> HeaderTable | None:
+    """The header as the careful path reads it, if it is common (see the grammar above) and has
+    two entries or more, in data order and checked; ``None`` for any other header, or for any
+    doubt: a repeated name, a tensor named ``__metadata__``, entries not already in data order,
+    a hole, a zero-size tensor, a sub-byte or unknown dtype, a wrong size. It never raises: what
+    it refuses, the careful path reads (or refuses, saying why)."""
+    start = _COMMON_START.match(text)
+    if start is None:
+        return None
+    # One pass validates and reads: split at every entry but the last. The header is common
+    # exactly when the first entry starts where the start ends, nothing is left between two
+    # entries, and what follows them is the last entry.
+    pieces = _COMMON_ENTRY.split(text)  # before, 5 groups, between, 5 groups, ..., after
+    if len(pieces[0]) != start.end() or any(pieces[6:-1:6]):
+        return None
+    last = _COMMON_LAST.fullmatch(pieces[-1])
+    if last is None:
+        return None
+    columns = [pieces[i::6] for i in range(1, 6)]
+    del pieces
+    for column, value in zip(columns, last.groups(), strict=True):
+        column.append(value)
+    names, dtypes, dims, begin_texts, end_texts = columns
+    unique = set(names)
+    if len(unique) != len(names) or "__metadata__" in unique:
+        return None  # a repeated name (the last entry wins, in the first one's place) or worse
+    # In data order and tiling the data section, each tensor starting where the previous one
+    # ends. The numbers are written one way only (no leading zero): equal texts, equal numbers.
+    if begin_texts[0] != "0" or begin_texts[1:] != end_texts[:-1]:
+        return None
+    ends = list(map(int, end_texts))
+    if ends[-1] != data_size:
+        return None
+    begins = [0, *ends[:-1]]
+    # A checkpoint has few distinct shapes: each is parsed once.
+    shape_of = {d: tuple(map(int, d.split(","))) if d else () for d in set(dims)}
+    numel_of = {d: prod(shape) for d, shape in shape_of.items()}
+    # The bytes each tensor needs; 0 for a dtype not read element for element (or unknown) and
+    # for a zero-size tensor, whose overflow checks only the careful path makes.
+    itemsizes = map(_WHOLE_BYTES.get, dtypes, repeat(0))
+    need = list(map(mul, map(numel_of.__getitem__, dims), itemsizes))
+    nbytes = list(map(sub, ends, begins))
+    if 0 in need or need != nbytes:
+        return None
+    # A non-zero size that matches the span cannot have overflowed 64 bits on the way (each
+    # partial product is at most the whole), and every dimension fits int64: each check of
+    # tensor_nbytes holds.
+    metadata = None if start.group(1) == "null" else start.group(1)
+    shapes = list(map(shape_of.__getitem__, dims))
+    return HeaderTable(names, dtypes, shapes, begins, nbytes, metadata)
 
 
 # --- decoding one entry on its own ---------------------------------------------------------------

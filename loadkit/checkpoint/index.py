@@ -42,6 +42,7 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -121,6 +122,8 @@ def _read_index(folder: Path) -> tuple[dict[str, str], Any]:
     if spellings is not None:
         plain_of = {e: p for e in spellings if (p := plain_relative(e)) is not None}
         if len(plain_of) == len(spellings):  # every spelling a plain file name
+            if all(p == e for e, p in plain_of.items()):  # as writers write them: kept as is
+                return weight_map, _total_size(data)
             return {key: plain_of[e] for key, e in weight_map.items()}, _total_size(data)
     # Some entry is refused: the first one in index order names its key.
     plain_map: dict[str, str] = {}
@@ -217,20 +220,12 @@ def open_lenient(
     if not readable and (indexed or not has_index):  # {"weight_map": {}}: an empty checkpoint
         raise ShardIndexError(str(p), _nothing_readable(p, has_index, indexed, problems))
 
-    # Where each key is: the first shard (in reading order) holding it, and for the rare key
-    # held by several, all of them.
-    first: dict[str, str] = {}
-    several: dict[str, list[str]] = {}
-    for shard, infos in headers.items():
-        for name in infos:
-            held = first.setdefault(name, shard)
-            if held != shard:
-                several.setdefault(name, [held]).append(shard)
+    first, several = _locate(headers)
 
     def located(name: str) -> list[str]:
         return several.get(name) or ([first[name]] if name in first else [])
 
-    problems += _index_vs_shards(p, weight_map, indexed, headers, located)
+    problems += _index_vs_shards(p, weight_map, indexed, headers, first, located)
 
     tensors: dict[str, TensorInfo] = {}
     for shard in readable:
@@ -277,7 +272,7 @@ def open_lenient(
             )
     # Each tensor counted once, as save_pretrained counts it: a key stored twice by the copy in
     # the shard the index names for it (the copy kept may be another).
-    stored = sum(t.nbytes for t in tensors.values())
+    stored = sum(map(_NBYTES, tensors.values()))
     for name, shards in several.items():
         listed = weight_map.get(name)
         if name in tensors and listed in shards and listed in headers:
@@ -320,6 +315,27 @@ def open_lenient(
     # as Checkpoint.weights() yields them.
     files = [str(p / s) for s in readable]
     return Checkpoint(str(p), files, tensors, metadata), problems
+
+
+_NBYTES = attrgetter("nbytes")
+
+
+def _locate(
+    headers: dict[str, dict[str, TensorInfo]],
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Where each key is: the first shard (in reading order) holding it, and for the rare key
+    held by several, all of them (in reading order)."""
+    first: dict[str, str] = {}
+    several: dict[str, list[str]] = {}
+    for shard, infos in headers.items():
+        if first.keys().isdisjoint(infos):  # nearly every shard: whole-set operations
+            first.update(dict.fromkeys(infos, shard))
+            continue
+        for name in infos:
+            held = first.setdefault(name, shard)
+            if held != shard:
+                several.setdefault(name, [held]).append(shard)
+    return first, several
 
 
 SHOWN_REASONS = 3  # files whose reason the "nothing readable" error gives; the rest counted
@@ -377,9 +393,12 @@ def _index_vs_shards(
     weight_map: dict[str, str],
     indexed: list[str],
     headers: dict[str, dict[str, TensorInfo]],
+    first: dict[str, str],
     located: Callable[[str], list[str]],
 ) -> list[IndexProblem]:
     """Index entries whose shard is missing, or does not hold the key."""
+    if weight_map == first:  # every key where the index says (each shard there was read)
+        return []
     problems = []
     exists = {shard: os.path.lexists(p / shard) for shard in indexed}  # one stat per shard
     read = {shard for shard in indexed if shard in headers}  # what a loader reads

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator
+from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,10 +23,9 @@ from loadkit.checkpoint.header import (
     MAX_HEADER_BYTES,
     HeaderProblem,
     TruncatedData,
-    check_layout,
     oversized_length,
-    parse_header,
     parse_metadata,
+    read_header,
 )
 from loadkit.checkpoint.shards import INDEX_NAME, open_regular, shard_files
 from loadkit.errors import (
@@ -124,20 +125,25 @@ def decode_header(
         ) from None
     del raw[:]  # the text replaces it: a 100 MB header is held once
     try:
-        entries, metadata = parse_header(text)
-        del text
-        ordered = check_layout(entries, data_size)
+        table = read_header(text, data_size)
     except TruncatedData as exc:
         raise TruncatedCheckpointError(file, exc.message, exc.key) from None
     except HeaderProblem as exc:
         raise HeaderError(file, exc.message, exc.key) from None
+    del text
     base = 8 + n
-    new = tuple.__new__  # skips the NamedTuple's Python-level __new__ (a million entries: 0.3 s)
-    tensors = {
-        e.name: new(TensorInfo, (e.name, e.dtype, e.shape, e.end - e.begin, file, base + e.begin))
-        for e in ordered
-    }
-    return tensors, metadata
+    # Each TensorInfo built at C speed, from the table's columns: tuple.__new__ skips the
+    # NamedTuple's Python-level __new__, map and zip the per-tensor Python loop.
+    fields = zip(
+        table.names,
+        table.dtypes,
+        table.shapes,
+        table.nbytes,
+        repeat(file),
+        map(base.__add__, table.begins),
+    )
+    infos = map(tuple.__new__, repeat(TensorInfo), fields)
+    return dict(zip(table.names, infos, strict=True)), table.metadata
 
 
 class Checkpoint:
@@ -166,7 +172,7 @@ class Checkpoint:
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
+        return sum(map(_NBYTES, self.tensors.values()))
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -198,6 +204,9 @@ class Checkpoint:
             f"<Checkpoint {self.path}: {len(self.tensors)} tensors, {len(self.files)} file(s), "
             f"{self.total_bytes / 2**20:.1f} MiB>"
         )
+
+
+_NBYTES = attrgetter("nbytes")
 
 
 def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Tensor:

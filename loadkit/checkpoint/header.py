@@ -7,11 +7,11 @@ file ends where the last one does. Python's ``json`` is looser than serde_json (
 surrogates, a duplicated ``dtype``, ``-0`` as an integer), and materialising a hostile 100 MB
 header in Python objects takes gigabytes. So this module parses the header itself:
 
-- the header every writer produces (an optional ``__metadata__`` first, then the entries in data
-  order, each ``"name": {"dtype", "shape", "data_offsets"}`` in that order, no escape in a name)
-  is validated and read whole, a regular expression pass over each few thousand entries, its
-  layout checked on whole columns (``read_header``); the slightest doubt hands it to the careful
-  path below, which reads the same header to the same result or says precisely what is wrong;
+- the header writers produce (an optional ``__metadata__`` first, then two entries or more in
+  data order, each ``"name": {"dtype", "shape", "data_offsets"}`` in that order, no escape in a
+  name) is validated and read in one regular-expression pass over the whole header, its layout
+  checked on whole columns (``read_header``); the slightest doubt hands it to the careful path
+  below, which reads the same header to the same result or says precisely what is wrong;
 - the careful path: a regular expression reads a whole ``"name": {dtype, shape, data_offsets}``
   entry at a time (fields in any order);
 - any other entry (escaped names, extra fields that safetensors ignores, the array form

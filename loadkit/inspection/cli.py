@@ -13,10 +13,12 @@ in a tensor name never reaches the terminal raw.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.inspection.arguments import InspectCommand, parse_command
@@ -25,6 +27,32 @@ from loadkit.inspection.options import LoadRules
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
+
+# The cyclic collector's thresholds while a command runs (Python's default: 700, 10, 10).
+GC_THRESHOLDS = (10_000, 50, 100)
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run the block with the cyclic garbage collector's thresholds raised, then restore them.
+
+    An inspect keeps a few records per checkpoint key until it prints (200,000 keys: millions of
+    objects, nearly none of them garbage), and with the default thresholds the collector walks
+    them all again and again: a third of a large inspect's time. Collections still happen, only
+    rarer. The command's own scope, never the library's: ``inspect_checkpoint`` leaves the
+    collector alone.
+
+    Example:
+        >>> with fewer_collections():
+        ...     gc.get_threshold() == GC_THRESHOLDS
+        True
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _fail(message: str, status: int, as_json: bool) -> int:
@@ -73,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
-        return inspect_command(command)
+        with fewer_collections():
+            return inspect_command(command)
     except KeyboardInterrupt:
         print("loadkit inspect: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -372,18 +372,20 @@ def _load(
     unexpected = [u for u in load.unexpected if not (fix and u.looked_up in explained)]
     lines += _section(
         "unexpected names",
-        _unexpected_rows(unexpected),
+        _unexpected_rows(unexpected[:limit]),  # 200,000 of them: only the shown ones spelled
         len(load.unexpected),
         limit,
         len(load.unexpected) - len(unexpected),
+        listed=len(unexpected),
     )
     missing = [m for m in load.missing if m.name not in by_fix]
     lines += _section(
         "missing: model tensors never filled",
-        _missing_rows(missing),
+        _missing_rows(missing[:limit]),
         len(load.missing),
         limit,
         len(load.missing) - len(missing),
+        listed=len(missing),
     )
     lines += _section("shape mismatches", _mismatch_rows(load), len(load.shape_mismatches), limit)
     lines += _section(
@@ -396,14 +398,17 @@ def _load(
     return lines + [f"  note: {printable(n)}" for n in load.notes]
 
 
-def _section(title: str, rows: list[str], total: int, limit: int, fixed: int = 0) -> list[str]:
+def _section(
+    title: str, rows: list[str], total: int, limit: int, fixed: int = 0, listed: int | None = None
+) -> list[str]:
     """A titled list of the load section, capped at ``limit`` rows; ``fixed`` of the ``total``
-    are explained by the suggested fix (and left out of ``rows``)."""
+    are explained by the suggested fix (and left out of ``rows``); ``listed``: how many rows
+    there are when ``rows`` holds only the first ``limit`` of them."""
     head = f"  {title} ({total})" + ("" if total else ": none")
     if fixed:
         head += f": {fixed} explained by the suggested fix, above"
         head += "" if fixed == total else "; the others:"
-    return [head, *_capped(rows, len(rows), limit)]
+    return [head, *_capped(rows, len(rows) if listed is None else listed, limit)]
 
 
 def _unexpected_rows(unexpected: list[Unexpected]) -> list[str]:

@@ -22,7 +22,7 @@ from loadkit.vocab import ENTRY_STATUSES, PARAM_STATUSES, Status
 # Short names of the ledger's statuses (``loadkit.vocab.Status`` members, not copies).
 
 
-@dataclass
+@dataclass(slots=True)  # one per checkpoint name: 200,000 of them, each made in the load
 class CheckpointEntry:
     """One checkpoint tensor as the loader saw it, in stream order."""
 

@@ -596,3 +596,32 @@ def test_help_and_docs_agree_that_an_inconsistent_index_exits_0(capsys):
     exit_docs = docs.split("## Exit status ")[1].split(" ## ")[0]
     assert "an inconsistent index is listed, not failed, unless `--strict-index`" in exit_docs
     assert "`1` it would not (or a tensor the index names cannot be read)" in exit_docs
+
+
+def test_the_command_raises_the_collector_thresholds_while_it_runs_and_restores_them(
+    tmp_path, capsys
+):
+    """The cyclic collector runs rarer during the command (its records are long-lived), as the
+    model callable sees from inside; afterwards the process has its own thresholds back."""
+    import gc
+
+    from loadkit.inspection.cli import GC_THRESHOLDS
+
+    seen = tmp_path / "seen.json"
+    (tmp_path / "seen_gc.py").write_text(
+        textwrap.dedent(f"""
+        import gc, json
+        import torch
+        def build():
+            with open({str(seen)!r}, "w") as f:
+                json.dump(gc.get_threshold(), f)
+            return torch.nn.Linear(2, 2, bias=False)
+        """)
+    )
+    before = gc.get_threshold()
+    assert before != GC_THRESHOLDS
+    f = REPO / "data" / "plamo2" / "untied.safetensors"
+    assert main(["inspect", str(f), "--model", f"{tmp_path / 'seen_gc.py'}:build"]) == 1
+    assert "unexpected names" in capsys.readouterr().out
+    assert tuple(json.loads(seen.read_text())) == GC_THRESHOLDS
+    assert gc.get_threshold() == before

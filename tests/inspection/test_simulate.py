@@ -9,7 +9,7 @@ from loadkit import AutoWeightsLoader, as_pooling_model, default_weight_loader, 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.simulate import dry_load
-from loadkit.inspection.simulate.recording import storage_id
+from loadkit.inspection.simulate.recording import Recorder, WriteWatcher, storage_id
 from loadkit.inspection.simulate.weights import meta_weight
 
 ORIGINAL_LOAD_WEIGHTS = AutoWeightsLoader.load_weights
@@ -79,7 +79,7 @@ def test_a_pooling_model_that_clones_every_key_still_loads_each_under_its_own_ke
     for behaviour in ("old", "new"):  # old clones every key it walks (all 73), new one
         cls = as_pooling_model(Gemma4ForConditionalGeneration, behaviour=behaviour)
         r = inspect_checkpoint(ck, model=lambda cls=cls: cls(config_from_checkpoint(ck.tensors)))
-        assert r.clean is True and r.model.pooling is True
+        assert r.clean is True and r.model.pooling is True, r.render()
         assert {k.status for k in r.load.keys} == {"loaded"}
         targets[behaviour] = {k.name: k.target for k in r.load.keys}
     assert targets["old"] == targets["new"]
@@ -87,13 +87,36 @@ def test_a_pooling_model_that_clones_every_key_still_loads_each_under_its_own_ke
 
 
 def test_meta_weights_carry_their_key_through_what_loaders_do_to_them():
-    w = meta_weight(TensorInfo("k", "F16", (2, 3), 12, "f.safetensors", 8))
-    assert w.is_meta and w.dtype == torch.float16
-    derived = [w.clone(), w.t(), w.reshape(6), -w.exp(), w[0], w.float(), torch.cat([w, w])]
-    assert [d.loadkit_key for d in derived] == ["k"] * len(derived)
-    assert derived[-1].loadkit_file == "f.safetensors"
-    other = meta_weight(TensorInfo("j", "F16", (2, 3), 12, "f.safetensors", 20))
-    assert (w + other).loadkit_key == "k" and (other + w).loadkit_key == "j"
+    """Inside the dry load's dispatch mode every tensor computed from a weight keeps its key;
+    an in-place copy into a model tensor does not give it one."""
+    bases: dict = {}
+    w = meta_weight(TensorInfo("k", "F16", (2, 3), 12, "f.safetensors", 8), bases)
+    other = meta_weight(TensorInfo("j", "F16", (2, 3), 12, "f.safetensors", 20), bases)
+    assert w.is_meta and w.dtype == torch.float16 and w.shape == (2, 3) and w is not other
+    param = torch.empty(2, 3, dtype=torch.float16, device="meta")
+    with WriteWatcher({"p": param}, Recorder()):
+        derived = [w.clone(), w.t(), w.reshape(6), -w.exp(), w[0], w.float(), torch.cat([w, w])]
+        derived += [*w.chunk(2, dim=1), torch.add(param, w), param.copy_(w)]
+        mixed = (w + other, other + w)
+        scratch = torch.empty(2, 3, dtype=torch.float16, device="meta")
+        torch.add(w, w, out=scratch)
+    assert [d.loadkit_key for d in derived[:-1]] == ["k"] * (len(derived) - 1)
+    assert derived[-1] is param and "loadkit_key" not in param.__dict__
+    assert "loadkit_key" not in scratch.__dict__  # an out= argument is not computed from w
+    assert derived[-2].loadkit_file == "f.safetensors"
+    assert [m.loadkit_key for m in mixed] == ["k", "j"]
+    assert "loadkit_key" not in w.clone().__dict__  # outside the dry load: a plain meta tensor
+
+
+def test_meta_weights_of_one_shape_share_a_base_tensor_but_not_their_keys():
+    bases: dict = {}
+    infos = [TensorInfo(f"k{i}", "BF16", (4, 2), 16, "f.safetensors", 8 + 16 * i) for i in range(3)]
+    ws = [meta_weight(info, bases) for info in infos]
+    ws.append(meta_weight(TensorInfo("v", "F32", (4, 2), 32, "f.safetensors", 56), bases))
+    assert len(bases) == 2 and len({id(w) for w in ws}) == 4
+    assert [w.loadkit_key for w in ws] == ["k0", "k1", "k2", "v"]
+    assert [w.dtype for w in ws] == [torch.bfloat16] * 3 + [torch.float32]
+    assert all(type(w) is torch.Tensor and w.shape == (4, 2) for w in ws)
 
 
 def test_storage_id_is_shared_by_views_and_only_by_views():

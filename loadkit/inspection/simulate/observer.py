@@ -10,8 +10,7 @@ not have are recorded and the walk goes on, so one pass finds them all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch import nn
 
@@ -25,8 +24,7 @@ from loadkit.mapper import WeightsMapper
 from loadkit.vocab import Status
 
 
-@dataclass(frozen=True)
-class Fate:
+class Fate(NamedTuple):
     """A key's fate as the ledgers tell it (qualified from the model's root)."""
 
     status: Status
@@ -116,11 +114,15 @@ class DryLoadObserver(LoadObserver):
         """Each key's fate: the last ledger entry that settled it (a child's, after the parent
         delegated), its mapped name as the first ledger (the root's) saw it."""
         out: dict[str, Fate] = {}
+        passing = (Status.DELEGATED, Status.UNCONSUMED)
         for key, taken in self._taken.items():
             first_path, first = taken[0]
-            settled = [t for t in taken if t[1].status not in (Status.DELEGATED, Status.UNCONSUMED)]
-            delegated = [t for t in taken if t[1].status == Status.DELEGATED]
-            path, entry = (settled or delegated or taken)[-1]
+            if len(taken) == 1:  # nearly every key: one ledger took it
+                path, entry = first_path, first
+            else:
+                settled = [t for t in taken if t[1].status not in passing]
+                delegated = [t for t in taken if t[1].status == Status.DELEGATED]
+                path, entry = (settled or delegated or taken)[-1]
             out[key] = Fate(
                 entry.status,
                 None if first.mapped is None else qualname(first_path, first.mapped),

@@ -17,7 +17,7 @@ import torch
 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.progress import Count
-from loadkit.inspection.simulate.weights import meta_weight
+from loadkit.inspection.simulate.weights import carry_key, meta_weight
 from loadkit.loading.counting import EagerDispatchMode
 from loadkit.loading.weight_loaders import default_weight_loader
 
@@ -57,6 +57,7 @@ class Pass:
         ``progress`` is called with (names passed, names in all) before each name and at the
         end."""
         total = len(infos)
+        bases: dict[Any, torch.Tensor] = {}  # one meta tensor per dtype and shape
         for done, info in enumerate(infos[self.start :], self.start):
             if progress is not None:
                 progress(done, total)
@@ -64,7 +65,7 @@ class Pass:
                 continue
             self.current = info.name
             self.pulled.append(info.name)
-            yield info.name, meta_weight(info)
+            yield info.name, meta_weight(info, bases)
         self.exhausted = True
         if progress is not None:
             progress(total, total)
@@ -149,6 +150,7 @@ class WriteWatcher(EagerDispatchMode):
         self.recorder = recorder
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is _COPY:
             ident = storage_id(args[0])
             if ident is not None:
@@ -158,7 +160,10 @@ class WriteWatcher(EagerDispatchMode):
                     now.writes.append((name, now.current))
                 else:
                     now.late_writes.append((args[0], now.current))
-        return func(*args, **(kwargs or {}))
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        carry_key(args, kwargs, out)  # what a loader computes from a weight keeps its key
+        return out
 
     def resolve_late_writes(self, tensors: dict[str, torch.Tensor], now: Pass) -> None:
         """Credit ``now``'s copies into tensors the load registered itself: ``tensors`` are the

@@ -35,24 +35,25 @@ class LayoutNode:
     """
 
     __slots__ = (
+        "_dtypes",
         "_folds",
         "_indices",
-        "_items",
+        "_missing_in",
+        "_only_in",
+        "_shapes",
         "_universe",
+        "_variants",
         "children",
         "dtypes",
         "instances",
         "is_tensor",
-        "missing_in",
         "name",
         "nbytes",
         "of",
-        "only_in",
         "own",
         "path",
         "shape",
         "tensors",
-        "variants",
     )
 
     def __init__(self, name: str, path: str = "") -> None:
@@ -66,15 +67,34 @@ class LayoutNode:
         self.instances = 1  # how many numbered siblings a folded node stands for
         self.own: tuple[int, int, str] | None = None  # (tensors, bytes, dtype) ending right here
         self.shape: tuple[int, ...] | None = None  # a tensor's shape (most instances' if folded)
-        self.variants: list[Variant] = []  # folded instances whose shape or dtype differ
-        self.missing_in: list[str] = []  # folded instances that lack this tensor
-        self.only_in: list[str] = []  # ... or, when most do, the few that have it
+        # Few nodes have these (see the properties): a list for each node would cost more
+        # than the rest of a large tree's build.
+        self._variants: list[Variant] | None = None
+        self._missing_in: list[str] | None = None
+        self._only_in: list[str] | None = None
         self.of = 0  # a folded tensor: the instances of its innermost fold
         self._universe: set[tuple[int, ...]] | None = None  # a folded node: instances below it
-        # While building: the items whose names end here, their numbers, the folds above.
-        self._items: list[tuple[Any, ...]] | None = None
+        # While building a tensor node of more than one tensor (a folded one, or a name given
+        # twice): each one's shape, dtype and (folded) numbers, and the folded nodes above it.
+        self._shapes: list[tuple[int, ...] | None] | None = None
+        self._dtypes: list[str] | None = None
         self._indices: list[tuple[int, ...]] | None = None
-        self._folds: tuple[LayoutNode, ...] | None = None
+        self._folds: tuple[LayoutNode, ...] = ()
+
+    @property
+    def variants(self) -> list[Variant]:
+        """A folded tensor's instances whose shape or dtype differ from the others'."""
+        return self._variants or []
+
+    @property
+    def missing_in(self) -> list[str]:
+        """A folded tensor's instances that lack it (``["encoder.layer.4"]``)."""
+        return self._missing_in or []
+
+    @property
+    def only_in(self) -> list[str]:
+        """... or, when most instances lack it, the few that have it."""
+        return self._only_in or []
 
     def __repr__(self) -> str:
         return (
@@ -174,7 +194,7 @@ class LayoutNode:
     def odd_ones(self) -> Iterator[LayoutNode]:
         """Folded tensor nodes whose instances differ in shape or dtype, or where one lacks it."""
         for node in self.walk():
-            if node.variants or node.missing_in or node.only_in:
+            if node._variants or node._missing_in or node._only_in:
                 yield node
 
 
@@ -297,24 +317,23 @@ def _step(at: _At, part: str, fold: bool) -> _At:
     return child, (*index, int(part)), (*folds, child)
 
 
-def _walk(prefixes: dict[str, _At], name: str, top: _At, fold: bool) -> _At:
-    """Where ``name``, a dotted prefix not walked yet, ends: from the longest of its dotted
-    prefixes already walked."""
-    below: list[tuple[str, str]] = []  # (prefix, its last component), deepest first
-    prefix = name
-    while True:
-        up, dot, last = prefix.rpartition(".")
-        below.append((prefix, last))
-        if not dot:
-            at = top
-            break
-        prefix = up
-        found = prefixes.get(prefix)
-        if found is not None:
-            at = found
-            break
-    for prefix, last in reversed(below):
-        at = prefixes[prefix] = _step(at, last, fold)
+def _walk(prefixes: dict[str, _At], prefix: str, top: _At, fold: bool) -> _At:
+    """Where the dotted ``prefix`` (not walked yet) ends: one step below its own prefix, walked
+    first if it was not either. Remembered."""
+    up, dot, last = prefix.rpartition(".")
+    at = prefixes.get(up) if dot else top
+    if at is None:
+        at = _walk(prefixes, up, top, fold)
+    at = prefixes[prefix] = _step(at, last, fold)
+    return at
+
+
+def _walk_long(name: str, top: _At, fold: bool) -> _At:
+    """Where a name of more than ``MAX_DEPTH`` components ends: its tail stays one component.
+    Walked, not remembered: its last node stands for more than one component."""
+    at = top
+    for part in name.split(".", MAX_DEPTH - 1):
+        at = _step(at, part, fold)
     return at
 
 
@@ -329,97 +348,132 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
     # Names share their heads (``model.layers.3.mlp``): each dotted prefix is walked once and
     # remembered, so a name costs the components below the longest prefix already seen.
     prefixes: dict[str, _At] = {}
-    tensors: list[LayoutNode] = []  # each tensor node, once
+    kept: list[LayoutNode] = []  # tensor nodes of more than one tensor, or below a fold
     for item in items:
-        # An item is kept at the node its name ends at, and counted there afterwards, in bulk.
-        name = item[0]
+        if len(item) == 4:
+            name, nbytes, dtype, shape = item
+        else:  # (name, nbytes, dtype)
+            name, nbytes, dtype, *rest = item
+            shape = rest[0] if rest else None
+        if shape is not None:
+            shape = tuple(shape)
         head, dot, last = name.rpartition(".")  # a tensor's own name is rarely a prefix
         at = prefixes.get(head) if dot else top
         if at is None and name.count(".") < MAX_DEPTH:
             at = _walk(prefixes, head, top, fold)
-        if at is None:  # a longer name's tail stays one component: walked, never remembered
-            at = top
-            for part in name.split(".", MAX_DEPTH - 1):
-                at = _step(at, part, fold)
-            node, index, folds = at
+        if at is None:  # a longer name
+            node, index, folds = _walk_long(name, top, fold)
         else:
             seen = at[0].children.get(last)  # None for a numbered one while folding
-            if seen is not None and seen._items is not None:  # a tensor node met before
+            if seen is not None and seen.is_tensor:  # a tensor node met before
                 node, index = seen, at[1]
             else:
                 node, index, folds = _step(at, last, fold)
-        if node._items is None:
-            node._items, node._folds = [], folds
-            node._indices = [] if folds else None
-            tensors.append(node)
-        node._items.append(item)
+        if not node.is_tensor:  # the first name to end here (most nodes end one)
+            _first_tensor(node, nbytes, dtype, shape, index, folds)
+            if folds:
+                kept.append(node)
+            continue
+        # One more instance of a folded tensor (or, unfolded, a name given again).
+        node.nbytes += nbytes
+        shapes, dtypes = node._shapes, node._dtypes
+        if shapes is None or dtypes is None:  # unfolded: keep the one so far, and this one
+            shapes, dtypes = node._shapes, node._dtypes = [node.shape], [*node.dtypes]
+            kept.append(node)
+        shapes.append(shape)
+        dtypes.append(dtype)
         if node._indices is not None:
             node._indices.append(index)
-    for node in tensors:
-        _count_own(node)
+    for node in kept:
+        _count_instances(node)
     _finish(root, "", root=True)  # ... and each node's counts are summed into those above it
-    for node in tensors:
+    for node in kept:
         _describe(node)
     return root
 
 
-def _count_own(node: LayoutNode) -> None:
-    """Count the tensors that end at ``node``, and tell its folds which instances hold them."""
-    items = node._items or []
+def _first_tensor(
+    node: LayoutNode,
+    nbytes: int,
+    dtype: str,
+    shape: tuple[int, ...] | None,
+    index: tuple[int, ...],
+    folds: tuple[LayoutNode, ...],
+) -> None:
+    """Count the first tensor whose name ends at ``node``."""
     node.is_tensor = True
-    if len(items) == 1:  # most nodes of an unfolded tree
-        item = items[0]
-        node.tensors, node.nbytes, node.dtypes = 1, item[1], {item[2]: 1}
-    else:
-        node.tensors = len(items)
-        node.nbytes = sum(item[1] for item in items)
-        node.dtypes = dict(Counter(item[2] for item in items))
-    node.own = (node.tensors, node.nbytes, items[-1][2])
+    node.tensors, node.nbytes, node.dtypes = 1, nbytes, {dtype: 1}
+    node.own, node.shape = (1, nbytes, dtype), shape
+    if folds:  # its instances are kept, to tell those that differ or lack it
+        node._shapes, node._dtypes, node._indices, node._folds = [shape], [dtype], [index], folds
+
+
+def _count_instances(node: LayoutNode) -> None:
+    """A kept tensor node's own counts by dtype, and the instances of the folds above it that
+    hold one of its tensors (they name the folds: ``{0-2,4}``)."""
+    dtypes = node._dtypes or []
+    node.tensors = len(dtypes)
+    node.dtypes = _counts(dtypes)
+    node.own = (node.tensors, node.nbytes, dtypes[-1])
     index = node._indices or []
-    for depth, folded in enumerate(node._folds or (), 1):  # each instance with a tensor below
+    for depth, folded in enumerate(node._folds, 1):
         if folded._universe is not None:  # always, for a folded node
-            folded._universe.update(i[:depth] for i in index)
+            folded._universe.update(
+                index if depth == len(node._folds) else {i[:depth] for i in index}
+            )
 
 
 def _describe(node: LayoutNode) -> None:
-    """Set a tensor node's shape, and for a folded one the instances that differ or lack it."""
-    items, index, folds = node._items or [], node._indices or [], node._folds or ()
-    node._items = node._indices = node._folds = None
-    if len(items) == 1 and not folds:  # most nodes of an unfolded tree
-        node.shape = _shape_of(items[0])
-        return
-    where = [(_shape_of(item), item[2]) for item in items]
-    counts = Counter(where)
-    shape, dtype = max(counts, key=counts.__getitem__)  # the first most common (dicts keep order)
+    """Set a kept tensor node's shape, and for a folded one the instances that differ or lack it."""
+    shapes, dtypes = node._shapes or [], node._dtypes or []
+    index, folds = node._indices, node._folds
+    node._shapes = node._dtypes = node._indices = None
+    node._folds = ()
+    n = len(shapes)
+    alike = shapes.count(shapes[0]) == n and dtypes.count(dtypes[0]) == n  # most are
+    if alike:
+        shape, dtype = shapes[0], dtypes[0]
+    else:
+        shape, dtype = _most_common(Counter(zip(shapes, dtypes, strict=True)))
     node.shape = shape
-    if not folds:
+    if not folds or index is None:  # a name given more than once
         return
     odd: dict[tuple[tuple[int, ...] | None, str], list[str]] = {}
-    if len(counts) > 1:
-        for i, (s, d) in zip(index, where, strict=True):
-            if (s, d) != (shape, dtype):
+    if not alike:
+        for i, s, d in zip(index, shapes, dtypes, strict=True):
+            if s != shape or d != dtype:
                 odd.setdefault((s, d), []).append(_place(folds, i))
-    node.variants = []
+    variants = []
     for (s, d), places in odd.items():
         usual = [_shape(shape)] if s != shape else []
         usual += [dtype] if d != dtype else []
-        node.variants.append(
+        variants.append(
             Variant(s if s != shape else None, d if d != dtype else None, places, " ".join(usual))
         )
+    node._variants = variants or None
     present = set(index)
     universe = folds[-1]._universe or set()
     node.of = len(universe)
     # Name the smaller side, so the work stays linear in the tensors: the few instances that
     # lack the tensor, or (for a tensor most lack, like one extra key per layer) the few that
     # have it.
+    if len(present) == len(universe):  # in every instance
+        return
     if 2 * len(present) >= len(universe):
-        node.missing_in = [_place(folds, i) for i in sorted(universe - present)]
+        node._missing_in = [_place(folds, i) for i in sorted(universe - present)]
     else:
-        node.only_in = [_place(folds, i) for i in sorted(present)]
+        node._only_in = [_place(folds, i) for i in sorted(present)]
 
 
-def _shape_of(item: tuple[Any, ...]) -> tuple[int, ...] | None:
-    return tuple(item[3]) if len(item) > 3 and item[3] is not None else None
+def _counts(values: list[str]) -> dict[str, int]:
+    """``{value: how many}``, in the order first met (at C speed when all are alike)."""
+    first = values[0]
+    return {first: len(values)} if values.count(first) == len(values) else dict(Counter(values))
+
+
+def _most_common(counts: Counter[tuple[tuple[int, ...] | None, str]]) -> tuple[Any, str]:
+    """The first of the most common ``(shape, dtype)`` (a Counter keeps the order it met them)."""
+    return max(counts, key=counts.__getitem__)
 
 
 def _place(folds: Sequence[LayoutNode], index: tuple[int, ...]) -> str:
@@ -432,24 +486,36 @@ def _place(folds: Sequence[LayoutNode], index: tuple[int, ...]) -> str:
 
 
 def _finish(node: LayoutNode, path: str, root: bool = False) -> None:
+    """Set the paths and folded labels below ``node``, and sum its children's counts into it."""
     node.path = path
-    if not node.children:
-        return
-    children = {}
+    if _NUMBERED in node.children:  # a numbered child: label it (by name from here on)
+        node.children = _labelled(node.children)
+    tensors, nbytes, dtypes = node.tensors, node.nbytes, node.dtypes
     for child in node.children.values():
-        if child._universe is not None:  # a numbered child: label it
+        child_path = child.name if root else f"{path}.{child.name}"  # ".a": "" then ".a"
+        if child.children:
+            _finish(child, child_path)
+        else:  # most nodes are leaves
+            child.path = child_path
+        tensors += child.tensors
+        nbytes += child.nbytes
+        for dtype, n in child.dtypes.items():
+            dtypes[dtype] = dtypes.get(dtype, 0) + n
+    node.tensors, node.nbytes = tensors, nbytes
+
+
+def _labelled(children: dict[Any, LayoutNode]) -> dict[str, LayoutNode]:
+    """``children`` by name, the numbered one named for its numbers (``{0-27}``)."""
+    named: dict[str, LayoutNode] = {}
+    for child in children.values():
+        if child._universe is not None:
             numbers = {index[-1] for index in child._universe}
             child.name = "{" + _ranges(numbers) + "}"
             child.instances = len(numbers)
-        while child.name in children:  # a literal "{0}" next to a folded {0}: keep both
+        while child.name in named:  # a literal "{0}" next to a folded {0}: keep both
             child.name += "'"
-        _finish(child, child.name if root else f"{path}.{child.name}")  # ".a": "" then ".a"
-        children[child.name] = child
-        node.tensors += child.tensors
-        node.nbytes += child.nbytes
-        for dtype, n in child.dtypes.items():
-            node.dtypes[dtype] = node.dtypes.get(dtype, 0) + n
-    node.children = children
+        named[child.name] = child
+    return named
 
 
 def treemap_columns(root: LayoutNode) -> dict[str, list[Any]]:

@@ -7,11 +7,11 @@ file ends where the last one does. Python's ``json`` is looser than serde_json (
 surrogates, a duplicated ``dtype``, ``-0`` as an integer), and materialising a hostile 100 MB
 header in Python objects takes gigabytes. So this module parses the header itself:
 
-- the header every writer produces (an optional ``__metadata__`` first, then the entries in data
-  order, each ``"name": {"dtype", "shape", "data_offsets"}`` in that order, no escape in a name)
-  is validated and read whole, a regular expression pass over each few thousand entries, its
-  layout checked on whole columns (``read_header``); the slightest doubt hands it to the careful
-  path below, which reads the same header to the same result or says precisely what is wrong;
+- the header writers produce (an optional ``__metadata__`` first, then two entries or more in
+  data order, each ``"name": {"dtype", "shape", "data_offsets"}`` in that order, no escape in a
+  name) is validated and read in one regular-expression pass over the whole header, its layout
+  checked on whole columns (``read_header``); the slightest doubt hands it to the careful path
+  below, which reads the same header to the same result or says precisely what is wrong;
 - the careful path: a regular expression reads a whole ``"name": {dtype, shape, data_offsets}``
   entry at a time (fields in any order);
 - any other entry (escaped names, extra fields that safetensors ignores, the array form
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from itertools import repeat
 from math import prod
 from operator import itemgetter, mul, sub
@@ -521,6 +522,7 @@ _COMMON_BODY = (
 _COMMON_START = _Lazy(
     rf'{_CWS}\{{{_CWS}(?:"__metadata__"{_CWS}:{_CWS}({_META.source}){_CWS},{_CWS})?'
 )
+_COMMON_METADATA_CHARS = 1 << 20  # a longer __metadata__ (or none first) is not common
 _COMMON_ENTRY = _Lazy(rf"{_COMMON_BODY},{_CWS}")  # an entry, but the last
 _COMMON_LAST = _Lazy(rf"{_COMMON_BODY}\}}{_CWS}")  # the last entry and the closing brace
 
@@ -529,11 +531,12 @@ def _read_common(text: str, data_size: int) -> HeaderTable | None:
     """The header as the careful path reads it, if it is common (see the grammar above) and has
     two entries or more, in data order and checked; ``None`` for any other header, or for any
     doubt: a repeated name, a tensor named ``__metadata__``, entries not already in data order,
-    a hole, a zero-size tensor, a sub-byte or unknown dtype, a wrong size. It never raises: what
-    it refuses, the careful path reads (or refuses, saying why)."""
-    start = _COMMON_START.match(text)
-    if start is None:
-        return None
+    a hole, a zero-size tensor, a sub-byte or unknown dtype, a wrong size, a ``__metadata__`` of
+    over ``_COMMON_METADATA_CHARS``. It never raises: what it refuses, the careful path reads (or
+    refuses, saying why)."""
+    start = _COMMON_START.match(text, 0, _COMMON_METADATA_CHARS)
+    if start is None or _COMMON_ENTRY.match(text, start.end()) is None:
+        return None  # not common from the start: the careful path reads it, no time lost
     # One pass validates and reads: split at every entry but the last. The header is common
     # exactly when the first entry starts where the start ends, nothing is left between two
     # entries, and what follows them is the last entry.
@@ -574,6 +577,7 @@ def _read_common(text: str, data_size: int) -> HeaderTable | None:
     # tensor_nbytes holds.
     metadata = None if start.group(1) == "null" else start.group(1)
     shapes = list(map(shape_of.__getitem__, dims))
+    dtypes = list(map(sys.intern, dtypes))  # one string per dtype, not one per tensor
     return HeaderTable(names, dtypes, shapes, begins, nbytes, metadata)
 
 

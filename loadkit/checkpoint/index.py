@@ -225,12 +225,15 @@ def open_lenient(
     def located(name: str) -> list[str]:
         return several.get(name) or ([first[name]] if name in first else [])
 
-    problems += _index_vs_shards(p, weight_map, indexed, headers, first, located)
+    # Nearly always, every key is in the shard the index names for it: checked at once.
+    as_indexed = has_index and weight_map == first
+    if not as_indexed:
+        problems += _index_vs_shards(p, weight_map, indexed, headers, located)
 
     tensors: dict[str, TensorInfo] = {}
     for shard in readable:
         infos = headers[shard]
-        if not several and not (has_index and not infos.keys() <= weight_map.keys()):
+        if not several and (not has_index or as_indexed or infos.keys() <= weight_map.keys()):
             tensors.update(infos)  # nearly every shard: each key listed, and held only here
             continue
         for name, info in infos.items():
@@ -393,12 +396,9 @@ def _index_vs_shards(
     weight_map: dict[str, str],
     indexed: list[str],
     headers: dict[str, dict[str, TensorInfo]],
-    first: dict[str, str],
     located: Callable[[str], list[str]],
 ) -> list[IndexProblem]:
     """Index entries whose shard is missing, or does not hold the key."""
-    if weight_map == first:  # every key where the index says (each shard there was read)
-        return []
     problems = []
     exists = {shard: os.path.lexists(p / shard) for shard in indexed}  # one stat per shard
     read = {shard for shard in indexed if shard in headers}  # what a loader reads

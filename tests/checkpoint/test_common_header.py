@@ -220,6 +220,16 @@ NEAR_MISSES = {
         12,
         False,
     ),
+    "long metadata": (
+        header(e("a"), e("b", b=4, end=8), before='"__metadata__":{"k":"' + "v" * 2**20 + '"},'),
+        8,
+        False,
+    ),
+    "metadata with a long string": (
+        header(e("a"), e("b", b=4, end=8), before='"__metadata__":{"k":"' + "v" * 2**16 + '"},'),
+        8,
+        True,
+    ),
     "long space": (header(e("a"), e("b", b=4, end=8)).replace(",", "," + " " * 300, 1), 8, False),
     "long padding": (header(e("a"), e("b", b=4, end=8)) + " " * 300, 8, False),
     "huge padding": (header(e("a"), e("b", b=4, end=8)) + " " * MAX_ENTRY_CHARS, 8, False),

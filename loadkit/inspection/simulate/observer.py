@@ -69,11 +69,17 @@ class DryLoadObserver(LoadObserver):
 
     def took(self, ledger: LoadLedger, entry: CheckpointEntry, tensor: Any) -> None:
         path = self._path.get(id(ledger))
+        if path is None:
+            return
         key = getattr(tensor, "loadkit_key", None) or self.recorder.now.current
-        if path is None or key is None:
+        if key is None:
             return
         self._key_of[id(entry)] = key
-        self._taken.setdefault(key, []).append((path, entry))
+        taken = self._taken.get(key)
+        if taken is None:
+            self._taken[key] = [(path, entry)]
+        else:  # handed down: the child's ledger takes it too
+            taken.append((path, entry))
 
     def loading(
         self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
@@ -93,7 +99,7 @@ class DryLoadObserver(LoadObserver):
     def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
         # The user's skip prefixes also match the checkpoint's own spelling of a key (the
         # loader tests the name after its mapper), at the root loader only, as its other rules.
-        if loader.module is not self.root:
+        if loader.module is not self.root or not self.rules.skip_prefixes:
             return None
         return self.rules.skipped(self._key_of.get(id(entry), entry.name))
 

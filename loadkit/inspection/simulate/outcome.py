@@ -104,7 +104,7 @@ def _classify(
     name, root = info.name, sim.observer.root_name
     if name in sim.excluded:
         return _left_out(info, sim, tally)
-    bad = [c for c in calls if c.error is not None]
+    bad = [c for c in calls if c.error is not None] if calls else calls
     if bad:
         return _failed_call(name, mapped, bad, tally)
     if fate and fate.status == Status.UNEXPECTED:

@@ -8,6 +8,7 @@ Its sections are the pipeline's records (``loadkit.inspection.inspector``): ``ch
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from loadkit.fmt import plural
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from loadkit.pooling.probe import ProbeRecord
 
 SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
+# A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
+_ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 
 
 def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
@@ -84,7 +87,7 @@ class InspectReport:
 
     def _layout(self, fold: bool) -> LayoutNode:
         if fold not in self._layouts:
-            items = ((t.name, t.nbytes, t.dtype, t.shape) for t in self.checkpoint.tensors)
+            items = map(_ITEM, self.checkpoint.tensors)
             self._layouts[fold] = build_layout(items, fold=fold)
         return self._layouts[fold]
 

@@ -344,24 +344,47 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
     ``fold=True`` merges numbered siblings as it builds (see the module docstring).
     """
     root = LayoutNode("")
+    kept = _add(root, items, fold)
+    for node in kept:
+        _count_instances(node)
+    _finish(root, "", root=True)  # ... and each node's counts are summed into those above it
+    for node in kept:
+        _describe(node)
+    return root
+
+
+def _add(root: LayoutNode, items: Iterable[tuple[Any, ...]], fold: bool) -> list[LayoutNode]:
+    """Count each item at the node its name ends at, creating the nodes on its way. The tensor
+    nodes of more than one tensor, or below a fold, keep each one's shape, dtype and numbers
+    for later: those are returned.
+
+    Names share their heads (``model.layers.3.mlp``): each dotted prefix above a tensor's
+    parent is walked once and remembered. The parent itself is looked up from its own parent:
+    most parents hold a tensor or two, so remembering each would cost more than it saves.
+    """
     top: _At = (root, (), ())
-    # Names share their heads (``model.layers.3.mlp``): each dotted prefix is walked once and
-    # remembered, so a name costs the components below the longest prefix already seen.
     prefixes: dict[str, _At] = {}
-    kept: list[LayoutNode] = []  # tensor nodes of more than one tensor, or below a fold
+    kept: list[LayoutNode] = []
     for item in items:
         if len(item) == 4:
             name, nbytes, dtype, shape = item
         else:  # (name, nbytes, dtype)
             name, nbytes, dtype, *rest = item
             shape = rest[0] if rest else None
-        if shape is not None:
-            shape = tuple(shape)
-        head, dot, last = name.rpartition(".")  # a tensor's own name is rarely a prefix
-        at = prefixes.get(head) if dot else top
-        if at is None and name.count(".") < MAX_DEPTH:
-            at = _walk(prefixes, head, top, fold)
-        if at is None:  # a longer name
+        shape = None if shape is None else tuple(shape)
+        head, dot, last = name.rpartition(".")
+        at: _At | None = top
+        if dot and name.count(".") >= MAX_DEPTH:  # a longer name
+            at = None
+        elif dot:
+            up, sep, mid = head.rpartition(".")
+            above = (prefixes.get(up) or _walk(prefixes, up, top, fold)) if sep else top
+            parent = above[0].children.get(mid)  # None for a numbered one while folding
+            if parent is not None:
+                at = (parent, above[1], above[2])
+            else:
+                at = prefixes.get(head) or _walk(prefixes, head, top, fold)
+        if at is None:
             node, index, folds = _walk_long(name, top, fold)
         else:
             seen = at[0].children.get(last)  # None for a numbered one while folding
@@ -384,12 +407,7 @@ def build_layout(items: Iterable[tuple[Any, ...]], *, fold: bool = False) -> Lay
         dtypes.append(dtype)
         if node._indices is not None:
             node._indices.append(index)
-    for node in kept:
-        _count_instances(node)
-    _finish(root, "", root=True)  # ... and each node's counts are summed into those above it
-    for node in kept:
-        _describe(node)
-    return root
+    return kept
 
 
 def _first_tensor(

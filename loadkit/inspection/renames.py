@@ -13,7 +13,8 @@ every tensor: the time is linear in the number of names. Each key explains at mo
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 STRIP = 3  # components a prefix or suffix rename may add or remove
@@ -92,6 +93,31 @@ def _score(a: str, b: str) -> tuple[int, float]:
     return _shared(a, b), difflib.SequenceMatcher(None, a, b).ratio()
 
 
+def _likeness(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def _ranked(
+    name: str, others: list[str], likeness: Callable[[str, str], float] = _likeness
+) -> list[str]:
+    """``others`` best first by ``_score`` with ``name`` (ties in their given order). The name
+    likeness (difflib, tens of microseconds a pair) is computed only where it decides: between
+    candidates sharing as many components.
+
+    Example:
+        >>> _ranked("a.b.c", ["x.b.c", "a.b.x", "a.b.d", "q.r.s"])
+        ['x.b.c', 'a.b.x', 'a.b.d', 'q.r.s']
+    """
+    shared = [_shared(name, other) for other in others]
+    count = Counter(shared)
+    keys = [
+        (s, likeness(name, other) if count[s] > 1 else 0.0)
+        for s, other in zip(shared, others, strict=True)
+    ]
+    order = sorted(range(len(others)), key=keys.__getitem__, reverse=True)
+    return [others[i] for i in order]
+
+
 def pair_renames(unused: Sequence[Named], missing: Sequence[Named]) -> dict[str, str]:
     """Missing tensor -> the unused key that most likely is it (same element count; names
     sharing the most components, then the same shape, then the most alike names). One key per
@@ -134,14 +160,24 @@ class Nearest:
         self.index = NameIndex(Named(n, n, None) for n in self.names)
         self.full_scan = lookups * len(self.names) <= FULL_SCAN
         self.shortened = 0
+        # One matcher per model name, kept: difflib indexes its second sequence when it is set,
+        # and the same few names are the candidates of thousands of keys (a layer's experts).
+        self._matchers: dict[str, difflib.SequenceMatcher[str]] = {}
+
+    def _likeness(self, name: str, other: str) -> float:
+        """``difflib.SequenceMatcher(None, name, other).ratio()``, with ``other`` indexed once."""
+        matcher = self._matchers.get(other)
+        if matcher is None:
+            matcher = self._matchers[other] = difflib.SequenceMatcher(None, b=other)
+        matcher.set_seq1(name)
+        return matcher.ratio()
 
     def __call__(self, name: str, n: int = 3) -> list[str]:
         if not self.names:  # a model without tensors: nothing is near
             return []
         found = [self.names[i] for i in self.index.candidates(name, None)]
         if found:
-            found.sort(key=lambda other: _score(name, other), reverse=True)
-            return found[:n]
+            return _ranked(name, found, self._likeness)[:n]
         if not self.full_scan:
             self.shortened += 1
             return []

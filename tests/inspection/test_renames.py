@@ -70,3 +70,35 @@ def test_nearest_names_use_shared_parts_and_scan_only_small_sets():
 def test_an_equal_shape_breaks_a_tie_between_equally_named_tensors():
     missing = [Named("p.w", "p.w", 16, (2, 8)), Named("q.w", "q.w", 16, (4, 4))]
     assert pair_renames([Named("x.w", "x.w", 16, (4, 4))], missing) == {"q.w": "x.w"}
+
+
+def test_nearest_names_rank_as_a_full_scoring_would_while_scoring_only_ties():
+    """The name likeness is computed only between candidates that share as many components,
+    yet the order is the one sorting every candidate by (components shared, likeness) gives."""
+    import random
+
+    rng = random.Random(29)
+    parts = ["model", "layers", "0", "1", "mlp", "experts", "gate_proj", "weight", "w"]
+    for _ in range(3000):
+        name = ".".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+        others = list(
+            dict.fromkeys(
+                ".".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+                for _ in range(rng.randint(1, 8))
+            )
+        )
+        full = sorted(others, key=lambda other: renames._score(name, other), reverse=True)
+        assert renames._ranked(name, others) == full, (name, others)
+    # Three candidates, each sharing a different number of components: no likeness computed.
+    assert renames._ranked("a.b.c", ["q.r.s", "a.b.x", "x.y.c"]) == ["a.b.x", "x.y.c", "q.r.s"]
+
+
+def test_nearest_names_keep_one_matcher_per_model_name_and_get_difflibs_ratio():
+    import difflib
+
+    model = bert_names(2)
+    near = Nearest(model, lookups=2)
+    for name in ("encoder.layer.1.attention.self.qeury.weight", "encoder.layer.0.output.dens.bias"):
+        for other in model:
+            assert near._likeness(name, other) == difflib.SequenceMatcher(None, name, other).ratio()
+    assert len(near._matchers) == len(model)

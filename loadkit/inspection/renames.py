@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 STRIP = 3  # components a prefix or suffix rename may add or remove
@@ -97,9 +97,7 @@ def _likeness(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b).ratio()
 
 
-def _ranked(
-    name: str, others: list[str], likeness: Callable[[str, str], float] = _likeness
-) -> list[str]:
+def _ranked(name: str, others: list[str]) -> list[str]:
     """``others`` best first by ``_score`` with ``name`` (ties in their given order). The name
     likeness (difflib, tens of microseconds a pair) is computed only where it decides: between
     candidates sharing as many components.
@@ -111,7 +109,7 @@ def _ranked(
     shared = [_shared(name, other) for other in others]
     count = Counter(shared)
     keys = [
-        (s, likeness(name, other) if count[s] > 1 else 0.0)
+        (s, _likeness(name, other) if count[s] > 1 else 0.0)
         for s, other in zip(shared, others, strict=True)
     ]
     order = sorted(range(len(others)), key=keys.__getitem__, reverse=True)
@@ -160,24 +158,13 @@ class Nearest:
         self.index = NameIndex(Named(n, n, None) for n in self.names)
         self.full_scan = lookups * len(self.names) <= FULL_SCAN
         self.shortened = 0
-        # One matcher per model name, kept: difflib indexes its second sequence when it is set,
-        # and the same few names are the candidates of thousands of keys (a layer's experts).
-        self._matchers: dict[str, difflib.SequenceMatcher[str]] = {}
-
-    def _likeness(self, name: str, other: str) -> float:
-        """``difflib.SequenceMatcher(None, name, other).ratio()``, with ``other`` indexed once."""
-        matcher = self._matchers.get(other)
-        if matcher is None:
-            matcher = self._matchers[other] = difflib.SequenceMatcher(None, b=other)
-        matcher.set_seq1(name)
-        return matcher.ratio()
 
     def __call__(self, name: str, n: int = 3) -> list[str]:
         if not self.names:  # a model without tensors: nothing is near
             return []
         found = [self.names[i] for i in self.index.candidates(name, None)]
         if found:
-            return _ranked(name, found, self._likeness)[:n]
+            return _ranked(name, found)[:n]
         if not self.full_scan:
             self.shortened += 1
             return []

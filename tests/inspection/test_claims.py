@@ -75,6 +75,12 @@ def test_limit_0_lists_no_rows_but_every_count(tmp_path, loadkit_cli):
     assert "  unexpected names (2)\n    2 rows, none shown (--json lists them all)" in out
     assert "more" not in out  # nothing was shown, so nothing is "more"
     assert "a.weight" not in out.split("unexpected names")[1].split("missing")[0]
+    assert "  missing: model tensors never filled (2)\n    2 rows, none shown" in out
+    one = loadkit_cli("inspect", f, "--model", f"{model}:build", "--limit", "1").stdout
+    after = one.split("missing: model tensors never filled (2)\n")[1].splitlines()
+    rows = after[: next(i for i, line in enumerate(after) if not line.startswith("    "))]
+    shown = [r for r in rows if not r.startswith("     ")]  # one tensor and the "more" line
+    assert len(shown) == 2 and shown[1] == "    ... 1 more (--json lists them all)", rows
 
 
 def test_debug_shows_the_traceback_of_the_users_own_code(tmp_path, loadkit_cli):

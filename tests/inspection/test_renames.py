@@ -91,14 +91,3 @@ def test_nearest_names_rank_as_a_full_scoring_would_while_scoring_only_ties():
         assert renames._ranked(name, others) == full, (name, others)
     # Three candidates, each sharing a different number of components: no likeness computed.
     assert renames._ranked("a.b.c", ["q.r.s", "a.b.x", "x.y.c"]) == ["a.b.x", "x.y.c", "q.r.s"]
-
-
-def test_nearest_names_keep_one_matcher_per_model_name_and_get_difflibs_ratio():
-    import difflib
-
-    model = bert_names(2)
-    near = Nearest(model, lookups=2)
-    for name in ("encoder.layer.1.attention.self.qeury.weight", "encoder.layer.0.output.dens.bias"):
-        for other in model:
-            assert near._likeness(name, other) == difflib.SequenceMatcher(None, name, other).ratio()
-    assert len(near._matchers) == len(model)

@@ -9,7 +9,13 @@ from loadkit import AutoWeightsLoader, as_pooling_model, default_weight_loader, 
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.inspection.inspector import inspect_checkpoint
 from loadkit.inspection.simulate import dry_load
-from loadkit.inspection.simulate.recording import Recorder, WriteWatcher, storage_id
+from loadkit.inspection.simulate.recording import (
+    Pass,
+    Recorder,
+    WriteWatcher,
+    premade,
+    storage_id,
+)
 from loadkit.inspection.simulate.weights import meta_weight
 
 ORIGINAL_LOAD_WEIGHTS = AutoWeightsLoader.load_weights
@@ -89,9 +95,8 @@ def test_a_pooling_model_that_clones_every_key_still_loads_each_under_its_own_ke
 def test_meta_weights_carry_their_key_through_what_loaders_do_to_them():
     """Inside the dry load's dispatch mode every tensor computed from a weight keeps its key;
     an in-place copy into a model tensor does not give it one."""
-    bases: dict = {}
-    w = meta_weight(TensorInfo("k", "F16", (2, 3), 12, "f.safetensors", 8), bases)
-    other = meta_weight(TensorInfo("j", "F16", (2, 3), 12, "f.safetensors", 20), bases)
+    w = meta_weight(TensorInfo("k", "F16", (2, 3), 12, "f.safetensors", 8))
+    other = meta_weight(TensorInfo("j", "F16", (2, 3), 12, "f.safetensors", 20))
     assert w.is_meta and w.dtype == torch.float16 and w.shape == (2, 3) and w is not other
     param = torch.empty(2, 3, dtype=torch.float16, device="meta")
     with WriteWatcher({"p": param}, Recorder()):
@@ -108,15 +113,28 @@ def test_meta_weights_carry_their_key_through_what_loaders_do_to_them():
     assert "loadkit_key" not in w.clone().__dict__  # outside the dry load: a plain meta tensor
 
 
-def test_meta_weights_of_one_shape_share_a_base_tensor_but_not_their_keys():
-    bases: dict = {}
-    infos = [TensorInfo(f"k{i}", "BF16", (4, 2), 16, "f.safetensors", 8 + 16 * i) for i in range(3)]
-    ws = [meta_weight(info, bases) for info in infos]
-    ws.append(meta_weight(TensorInfo("v", "F32", (4, 2), 32, "f.safetensors", 56), bases))
-    assert len(bases) == 2 and len({id(w) for w in ws}) == 4
-    assert [w.loadkit_key for w in ws] == ["k0", "k1", "k2", "v"]
-    assert [w.dtype for w in ws] == [torch.bfloat16] * 3 + [torch.float32]
-    assert all(type(w) is torch.Tensor and w.shape == (4, 2) for w in ws)
+def test_a_full_pass_makes_each_key_its_own_tensor_before_it_starts():
+    infos = [TensorInfo(f"k{i}", "BF16", (4, 2), 16, "f.safetensors", 8 + 16 * i) for i in range(4)]
+    made = premade(infos, {"k2": None})
+    assert [w.loadkit_key for w in reversed(made)] == ["k0", "k1", "k3"]  # fed from the end
+    assert len({storage_id(w) for w in made}) == 3  # a storage each, as real tensors have
+    fed = list(Pass().stream(infos, {"k2": None}, weights=made))
+    assert [name for name, _ in fed] == ["k0", "k1", "k3"] and made == []
+    assert [w.loadkit_key for _, w in fed] == ["k0", "k1", "k3"]
+
+
+def test_what_makes_no_aten_call_passes_no_key():
+    """``nn.Parameter(w)`` and another thread make no aten call the dry load's mode sees: their
+    tensors carry no key (the load is then credited to the key last fed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    w = meta_weight(TensorInfo("k", "F32", (2, 2), 16, "f.safetensors", 8))
+    with WriteWatcher({}, Recorder()), ThreadPoolExecutor(1) as pool:
+        wrapped = nn.Parameter(w, requires_grad=False)
+        elsewhere = pool.submit(lambda: w.t().contiguous()).result()
+        here = w.t().contiguous()
+    assert "loadkit_key" not in wrapped.__dict__ and "loadkit_key" not in elsewhere.__dict__
+    assert here.loadkit_key == "k"
 
 
 def test_storage_id_is_shared_by_views_and_only_by_views():

@@ -51,13 +51,17 @@ class Pass:
     exhausted: bool = False  # every weight was read
 
     def stream(
-        self, infos: Sequence[TensorInfo], excluded: dict[str, Any], progress: Count | None = None
+        self,
+        infos: Sequence[TensorInfo],
+        excluded: dict[str, Any],
+        progress: Count | None = None,
+        weights: list[torch.Tensor] | None = None,
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """The checkpoint from ``start`` on, as meta tensors, leaving ``excluded`` keys out;
         ``progress`` is called with (names passed, names in all) before each name and at the
-        end."""
+        end. ``weights``: the meta tensors made beforehand (``premade``), last key first; each is
+        let go as it is fed. Without them each is made as it is fed."""
         total = len(infos)
-        bases: dict[Any, torch.Tensor] = {}  # one meta tensor per dtype and shape
         for done, info in enumerate(infos[self.start :], self.start):
             if progress is not None:
                 progress(done, total)
@@ -65,10 +69,18 @@ class Pass:
                 continue
             self.current = info.name
             self.pulled.append(info.name)
-            yield info.name, meta_weight(info, bases)
+            yield info.name, meta_weight(info) if weights is None else weights.pop()
         self.exhausted = True
         if progress is not None:
             progress(total, total)
+
+
+def premade(infos: Sequence[TensorInfo], excluded: dict[str, Any]) -> list[torch.Tensor]:
+    """The meta tensors of a full pass (every key not ``excluded``), last key first, made before
+    the pass starts: outside the dry load's dispatch mode a ``torch.empty`` costs a tenth of
+    what it costs inside (2 against 18 µs: 200,000 keys, 3 s). Each key has a storage of its own,
+    as a real tensor has."""
+    return [meta_weight(info) for info in reversed(infos) if info.name not in excluded]
 
 
 class Recorder:
@@ -136,7 +148,8 @@ _COPY = torch.ops.aten.copy_.default  # looked up once: every op of the dry load
 
 
 class WriteWatcher(EagerDispatchMode):
-    """Sees every ``copy_`` into a model tensor, by storage, whichever path made it.
+    """Sees every ``copy_`` into a model tensor, by storage, whichever path made it; and hands
+    each weight's key on to what is computed from it (``weights.carry_key``).
 
     Meta tensors have storage objects too, and views of a parameter (``param.data[0:2]``) share
     its storage.

@@ -23,7 +23,13 @@ from loadkit.inspection.options import LoadRules
 from loadkit.inspection.progress import Count
 from loadkit.inspection.records import KeyOutcome, Unexpected
 from loadkit.inspection.simulate.observer import DryLoadObserver
-from loadkit.inspection.simulate.recording import Pass, Recorder, WriteWatcher, recording_loaders
+from loadkit.inspection.simulate.recording import (
+    Pass,
+    Recorder,
+    WriteWatcher,
+    premade,
+    recording_loaders,
+)
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.observe import observing
 from loadkit.loading.tensors import loadable_tensors
@@ -131,7 +137,10 @@ def simulate(
         for runs in range(1, MAX_RUNS + 2):
             now = recorder.now = Pass(start=start)
             observer = DryLoadObserver(model, recorder, replace, rules, paths, extend)
-            stream = now.stream(infos, passes.out.excluded, progress)
+            # A full pass gets its tensors made up front, out of the watcher's mode; a discovery
+            # pass (which may stop at its next key) makes each as it is fed.
+            made = premade(infos, passes.out.excluded) if start == 0 else None
+            stream = now.stream(infos, passes.out.excluded, progress, made)
             error = _load_once(model, stream, watcher, observer, mapper)
             next_start = passes.after(error, now, runs, observer.root_mapper() or mapper)
             if next_start is None:

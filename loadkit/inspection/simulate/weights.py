@@ -7,6 +7,13 @@ load, hands them on with ``carry_key`` to each tensor computed from a keyed one 
 that clones it, still loads it under its own key. A tensor subclass would carry the key too, but
 then every attribute read (``.shape``) runs Python code: the dry load of 200,000 names paid
 seconds for that.
+
+What makes no aten call passes no key: ``nn.Parameter(w)`` (a new tensor object over the same
+data, made in C++) and work done in another thread (a dispatch mode is the thread's own). A
+loader that wraps each weight in a parameter, or transforms weights in a thread pool, and loads
+them after the stream has moved on, gets its loads credited to the key last fed
+(``Recorder.call``); the subclass carried the key through both. Neither loadkit's models nor
+the loaders it re-implements do that; ``test_what_makes_no_aten_call_passes_no_key`` pins it.
 """
 
 from __future__ import annotations
@@ -22,13 +29,8 @@ from loadkit.loading.meta import meta_tensor
 _CARRIED = ("loadkit_key", "loadkit_file")
 
 
-def meta_weight(info: TensorInfo, bases: dict[Any, torch.Tensor] | None = None) -> torch.Tensor:
+def meta_weight(info: TensorInfo) -> torch.Tensor:
     """A meta tensor standing in for one checkpoint tensor; it carries its key and file.
-
-    ``bases``: meta tensors by dtype and shape, shared by the calls of one dry load. Each key's
-    tensor is then an alias of its shape's base (``as_subclass``: no aten call), so the dry load's
-    dispatch mode does not run for every key's ``torch.empty``; a meta tensor has no data, so the
-    aliases share nothing a loader could see.
 
     Example:
         >>> from loadkit.checkpoint.reader import TensorInfo
@@ -36,12 +38,7 @@ def meta_weight(info: TensorInfo, bases: dict[Any, torch.Tensor] | None = None) 
         >>> w.dtype, w.shape, w.is_meta, w.loadkit_key
         (torch.bfloat16, torch.Size([2, 3]), True, 'a.weight')
     """
-    base = None if bases is None else bases.get((info.dtype, info.shape))
-    if base is None:
-        base = meta_tensor(info)
-        if bases is not None:
-            bases[(info.dtype, info.shape)] = base
-    t = base.as_subclass(torch.Tensor)  # a new tensor object: the attributes are its own
+    t = meta_tensor(info)
     t.__dict__["loadkit_file"] = info.file  # load errors name the file, as for real tensors
     t.__dict__["loadkit_key"] = info.name  # names the key through delegation and renaming
     return t

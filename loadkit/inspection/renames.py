@@ -89,12 +89,12 @@ class NameIndex:
         return found
 
 
-def _score(a: str, b: str) -> tuple[int, float]:
-    return _shared(a, b), difflib.SequenceMatcher(None, a, b).ratio()
-
-
 def _likeness(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def _score(a: str, b: str) -> tuple[int, float]:
+    return _shared(a, b), _likeness(a, b)
 
 
 def _ranked(name: str, others: list[str]) -> list[str]:

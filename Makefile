@@ -49,7 +49,7 @@ notebooks: $(STAMP)
 	cd notebooks && for nb in $(NB); do \
 	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.store_widget_state=False $$nb || exit 1; done
-	$(BIN)/python -m loadkit.demo.saved $(addprefix notebooks/,$(NB))
+	$(BIN)/python -m loadkit_notebooks.saved $(addprefix notebooks/,$(NB))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

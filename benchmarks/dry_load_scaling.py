@@ -29,7 +29,7 @@ from torch import nn
 
 from loadkit import default_weight_loader
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
-from loadkit.inspection.inspector import inspect_checkpoint
+from loadkit_inspect.inspector import inspect_checkpoint
 
 
 class Stack(nn.Module):

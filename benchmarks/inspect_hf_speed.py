@@ -1,4 +1,4 @@
-"""How fast is `python -m loadkit inspect PATH --model hf`, next to the least it could cost?
+"""How fast is `loadkit inspect PATH --model hf`, next to the least it could cost?
 
     python benchmarks/inspect_hf_speed.py            # 7 runs each, alternating
     python benchmarks/inspect_hf_speed.py --runs 15
@@ -10,12 +10,12 @@ transformers, and one sparse bf16 safetensors file with every tensor of ``LlamaF
 
 Three processes are timed, alternating, each from a warm start (one warm-up run first):
 
-- ``hf``: the whole ``python -m loadkit inspect PATH --model hf`` (imports, config, the model
+- ``hf``: the whole ``loadkit inspect PATH --model hf`` (imports, config, the model
   built by transformers on the meta device, the simulated load, the printed report);
 - ``floor``: a plain process that imports torch and transformers and builds the same model with
   ``AutoModel.from_config`` on the meta device: what any tool using transformers' own classes
   pays before it looks at a single name;
-- ``header``: ``python -m loadkit inspect PATH`` without a model (header-only, torch-free).
+- ``header``: ``loadkit inspect PATH`` without a model (header-only, torch-free).
 
 Printed: wall and CPU (user+sys) medians of each, the ratio hf/floor, and where one ``hf`` run
 spends its time (``--phases``: imports, building, the simulated load and report, measured
@@ -53,7 +53,7 @@ import torch
 t1 = time.perf_counter()
 import transformers, transformers.modeling_utils
 t2 = time.perf_counter()
-from loadkit import inspect_checkpoint
+from loadkit_inspect import inspect_checkpoint
 report = inspect_checkpoint(sys.argv[1], model="hf")
 t3 = time.perf_counter()
 text = report.render()
@@ -104,9 +104,9 @@ def main() -> int:
     folder = make_llama7b(OUT)
     py = sys.executable
     commands = {
-        "hf": [py, "-m", "loadkit", "inspect", str(folder), "--model", "hf"],
+        "hf": [py, "-m", "loadkit_inspect", "inspect", str(folder), "--model", "hf"],
         "floor": [py, "-c", FLOOR, str(folder)],
-        "header": [py, "-m", "loadkit", "inspect", str(folder)],
+        "header": [py, "-m", "loadkit_inspect", "inspect", str(folder)],
     }
     for argv in commands.values():  # warm-up: bytecode caches, page cache
         _, _, res = timed(argv)

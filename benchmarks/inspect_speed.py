@@ -1,4 +1,4 @@
-"""How fast is `python -m loadkit inspect`, next to merely parsing the same headers?
+"""How fast is `loadkit inspect`, next to merely parsing the same headers?
 
     python benchmarks/inspect_speed.py            # both checkpoints, 15 runs each
     python benchmarks/inspect_speed.py --runs 31
@@ -10,7 +10,7 @@ Two checkpoints are written under data/big/inspect_speed/ (ignored by git), both
 - ``index2k/``: a sharded checkpoint with ``model.safetensors.index.json`` naming 2000+ tensors
   (a Mixtral-like layout: 64 layers of attention, norms and 8 experts) over 8 shards.
 
-For each, the whole `python -m loadkit inspect PATH` process (interpreter start, imports, header
+For each, the whole `loadkit inspect PATH` process (interpreter start, imports, header
 parsing and validation, the layout tree, the printed report) is timed against a plain Python
 process that only opens the same files and ``json.loads`` their headers (and the index). Runs
 alternate and the median is kept; one warm-up run each first, with bytecode caching on, so both
@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 2.0  # inspect's whole process against a plain parse of the same headers
-# What tests/inspection/test_cli_speed.py asserts: the CPU-time ratio is 1.89 to 1.92 over 21 runs,
+# What tests/tool/test_cli_speed.py asserts: the CPU-time ratio is 1.89 to 1.92 over 21 runs,
 # but the test's 7 runs gave up to 1.98 under load (docs/benchmarks.md), too close to the target
 # to assert it; this bound fails the 2.3 of dataclasses on the header path.
 ASSERTED_RATIO = 2.2
@@ -164,7 +164,7 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
 
 def measure(path: Path, runs: int) -> dict[str, float | int | str]:
     env = _env()
-    inspect_cmd = [sys.executable, "-m", "loadkit", "inspect", str(path)]
+    inspect_cmd = [sys.executable, "-m", "loadkit_inspect", "inspect", str(path)]
     raw_cmd = [sys.executable, "-c", RAW_PARSE, str(path)]
     out = subprocess.run(raw_cmd, env=env, capture_output=True, text=True, check=True)
     tensors = int(out.stdout)

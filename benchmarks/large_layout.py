@@ -13,7 +13,7 @@ holes, so about 690 GB on paper take a few MB of disk.
 
 Measured side by side in one run, alternating, median of ``--runs``:
 
-1. header-only: the whole ``python -m loadkit inspect FOLDER`` process against a process that opens
+1. header-only: the whole ``loadkit inspect FOLDER`` process against a process that opens
    every shard with ``safetensors.safe_open`` (framework ``numpy``, so neither side imports torch)
    and reads every key and shape. Target: ratio at most 1.0 (``ratio``: of CPU times, user +
    system; ``wall_ratio`` beside it).
@@ -212,7 +212,9 @@ def main() -> int:
     full = OUT / "deepseek-v3"
     n, nbytes = write_layout(full, CONFIG)
     t = side_by_side(
-        [py, "-m", "loadkit", "inspect", str(full)], [py, "-c", RAW_SAFE_OPEN, str(full)], args.runs
+        [py, "-m", "loadkit_inspect", "inspect", str(full)],
+        [py, "-c", RAW_SAFE_OPEN, str(full)],
+        args.runs,
     )
     results = [{"case": "header-only", "shards": SHARDS, "tensors": n, "bytes": nbytes,
                 "inspect_cpu_s": round(t.a_cpu_s, 3), "safe_open_cpu_s": round(t.b_cpu_s, 3),
@@ -227,7 +229,7 @@ def main() -> int:
         n_small, _ = write_layout(quarter, small)
         per_name = {}
         for folder, names in ((full, n), (quarter, n_small)):
-            cmd = [py, "-m", "loadkit", "inspect", str(folder), "--model", "hf-causal"]
+            cmd = [py, "-m", "loadkit_inspect", "inspect", str(folder), "--model", "hf-causal"]
             times = [_time(cmd) for _ in range(args.runs)]
             seconds = statistics.median(w for w, _ in times)
             cpu = statistics.median(c for _, c in times)

@@ -7,7 +7,7 @@ Two single-file checkpoints under ``data/big/many_names/`` (ignored by git), spa
 bytes are holes), each with a header of about 20 MB:
 
 1. ``tensors``: 200,000 tensors named like a deep model's (``model.layers.{i}.block{j}.weight``):
-   the whole header-only ``python -m loadkit inspect FILE`` process against a process that only
+   the whole header-only ``loadkit inspect FILE`` process against a process that only
    ``json.loads`` the same header. Target: at most 3x.
 2. ``unexpected``: 200,000 distinct top-level names against ``--model torch.nn:Module`` (a model
    with no parameters: every key is unexpected): the whole inspect process (build, dry load,
@@ -60,10 +60,14 @@ def main() -> int:
                                                for i in range(N)])  # fmt: skip
     flat = write(OUT / "unexpected.safetensors", [f"w{i}" for i in range(N)])
     cases = [
-        ("tensors", [py, "-m", "loadkit", "inspect", str(deep)], [py, "-c", RAW_PARSE, str(deep)]),
+        (
+            "tensors",
+            [py, "-m", "loadkit_inspect", "inspect", str(deep)],
+            [py, "-c", RAW_PARSE, str(deep)],
+        ),
         (
             "unexpected",
-            [py, "-m", "loadkit", "inspect", str(flat), "--model", "torch.nn:Module"],
+            [py, "-m", "loadkit_inspect", "inspect", str(flat), "--model", "torch.nn:Module"],
             [py, "-c", RAW_PARSE, str(flat), "build"],
         ),
     ]

@@ -59,8 +59,8 @@ def main() -> int:
 
     from loadkit import open_checkpoint
     from loadkit.executor.launcher import run_one
-    from loadkit.inspection.tensor_parallel.share import memory_plan
     from loadkit.models.llama import model_from_checkpoint
+    from loadkit_inspect.tensor_parallel.share import memory_plan
 
     ensure_checkpoint(args.checkpoint)
     ck = open_checkpoint(args.checkpoint)

@@ -33,11 +33,9 @@ _EXPORTS = {
     "initialize_layerwise_reload": "loadkit.reload.layerwise",
     "finalize_layerwise_reload": "loadkit.reload.layerwise",
     "reload_log": "loadkit.reload.layerwise",
-    "inspect_checkpoint": "loadkit.inspection.inspector",
-    "InspectReport": "loadkit.inspection.report",
     "LoadkitError": "loadkit.errors",
-    "Behaviour": "loadkit.vocab",
-    "Status": "loadkit.vocab",
+    "Behaviour": "loadkit.terms",
+    "Status": "loadkit.terms",
 }
 
 __all__ = sorted(_EXPORTS)

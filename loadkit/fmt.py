@@ -97,7 +97,7 @@ def table(
     return "\n".join(lines)
 
 
-# The width text for people is held to: notebook outputs (loadkit.demo.saved checks them), tables.
+# The width text for people is held to: tables, reports, notebook outputs.
 WIDTH = 100
 
 # Tree drawing characters: a wrapped tree line continues under its branch, not under the fork.

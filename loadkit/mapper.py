@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from loadkit.errors import MapperConfigError
-from loadkit.vocab import BEHAVIOURS, Behaviour, check_behaviour
+from loadkit.terms import BEHAVIOURS, Behaviour, check_behaviour
 
 STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (dicts)
 ALL_STAGES = ("renaming", *STAGES)  # the order names go through

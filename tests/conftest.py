@@ -35,7 +35,7 @@ settings.register_profile(
 settings.load_profile("loadkit")  # hypothesis' --hypothesis-profile option loads after this
 
 # Every suggested fix an inspect in this process makes (the audit event
-# "loadkit.inspect.suggested_fix"), for tests/inspection/test_every_suggestion_pasted.py, which
+# "loadkit.inspect.suggested_fix"), for tests/tool/test_every_suggestion_pasted.py, which
 # runs last and pastes each one.
 SUGGESTIONS: list[tuple[object, dict, str]] = []  # (report, call, working folder)
 PASTE_TEST = "test_every_suggestion_pasted.py"
@@ -60,7 +60,7 @@ def suggestions_seen():
     return list(SUGGESTIONS)
 
 
-# Every `python -m loadkit inspect` run of ``loadkit_cli`` that printed a suggested --mapper (in
+# Every `loadkit inspect` run of ``loadkit_cli`` that printed a suggested --mapper (in
 # its text or its --json), for the paste test too: (arguments, working folder, environment added,
 # what it printed).
 CLI_SUGGESTIONS: list[tuple[list[str], str | None, dict[str, str], str]] = []
@@ -133,16 +133,16 @@ def hf_clean(tmp_path_factory, quiet_transformers):
 
 @pytest.fixture(scope="session")
 def loadkit_cli():
-    """Runs ``python -m loadkit ARGS`` in a fresh process and returns the ``CompletedProcess``
-    (text output). ``COLUMNS`` is removed from the environment, so help and usage text has one
-    width on every terminal; ``env`` adds or overrides variables."""
+    """Runs ``python -m loadkit_inspect ARGS`` in a fresh process and returns the
+    ``CompletedProcess`` (text output). ``COLUMNS`` is removed from the environment, so help and
+    usage text has one width on every terminal; ``env`` adds or overrides variables."""
 
     def run(*args, cwd=None, timeout=120, env=None):
         environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
         environ.update(env or {})
         argv = [str(a) for a in args]
         res = subprocess.run(
-            [sys.executable, "-m", "loadkit", *argv],
+            [sys.executable, "-m", "loadkit_inspect", *argv],
             capture_output=True,
             text=True,
             cwd=cwd,

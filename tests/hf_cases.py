@@ -5,7 +5,7 @@ ignore_mismatched_sizes=True)`` says which model tensors are missing, which chec
 unexpected and which tensors have another shape (and, without ``ignore_mismatched_sizes``, whether
 it raises). loadkit gives two columns, both header-only on the meta device:
 
-- ``transformers``: ``loadkit.inspection.simulate.from_pretrained``, in transformers' own names;
+- ``transformers``: ``loadkit_inspect.simulate.from_pretrained``, in transformers' own names;
   it must equal ``from_pretrained``'s lists and verdict in every case;
 - ``vllm``: ``inspect_checkpoint(folder, model="hf")`` (vLLM's Transformers backend), in the
   wrapper's names (``model.`` for the base model, ``lm_head``/``classifier`` for heads). Where
@@ -570,7 +570,7 @@ class Verdict:
 def loadkit_verdict(folder: Path, loader: str = "vllm") -> tuple[Verdict, Any]:
     """``inspect_checkpoint(folder, model="hf", loader=loader)``: the vllm column's verdict,
     and the report (with ``loader="all"`` it holds the transformers column too)."""
-    from loadkit import inspect_checkpoint
+    from loadkit_inspect import inspect_checkpoint
 
     report = inspect_checkpoint(folder, model="hf", loader=loader)
     load = report.load

@@ -1,7 +1,7 @@
 """A notebook's own definitions, for tests: its code cells tagged ``define``, run as it runs them.
 
 A bug notebook defines its experiment in a cell (``reload(behaviour, order)`` in 03, ...) and
-hands that function to the widgets of ``loadkit.demo``. The story tests and the browser tests
+hands that function to the widgets of ``loadkit_notebooks``. The story tests and the browser tests
 take the same function from the notebook itself, so what they check is what the reader runs.
 Cells run in the notebooks folder, as Jupyter runs them (relative paths resolve the same way).
 """

@@ -9,7 +9,7 @@
   and under ``TYPE_CHECKING`` (a cycle that only type checkers see is still two modules that
   cannot be read apart). One named exception: an observer interface's annotations name what it
   observes (``loadkit.loading.observe`` names the ledger and the loader that call it).
-- The library never imports the notebook layer (``loadkit.demo``).
+- The library never imports the notebook layer (``loadkit_notebooks``).
 - The notebook layer only draws: it calls none of the functions a notebook investigates (loads,
   reloads, the probe, inspect, the counters); the notebook's own cells call them.
 - ``loadkit/`` itself holds a handful of modules; everything else lives in subpackages.
@@ -25,14 +25,17 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "loadkit"
-DATA = PACKAGE.parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "loadkit"
+# The three parts: the library, the inspect tool on top of it, the notebook layer on top of both.
+PARTS = ("loadkit", "loadkit_inspect", "loadkit_notebooks")
+DATA = ROOT / "data"
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in sorted(p for part in PARTS for p in (ROOT / part).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         out[".".join(parts)] = path
@@ -115,10 +118,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_sees_real_edges():
     # The checks below are only as good as the graph: it must see the imports we know of.
-    assert "loadkit.inspection.render" in GRAPH["loadkit.inspection.report"]  # module level
-    assert "loadkit.models.registry" in GRAPH["loadkit.inspection.inspector"]  # in a function
-    assert "loadkit.pooling.probe" in GRAPH["loadkit.inspection.render"]  # under TYPE_CHECKING
-    assert "loadkit.errors" in GRAPH["loadkit.vocab"]
+    assert "loadkit_inspect.report.render" in GRAPH["loadkit_inspect.report.report"]  # module level
+    assert "loadkit_inspect.models.registry" in GRAPH["loadkit_inspect.inspector"]  # in a function
+    assert "loadkit.pooling.probe" in GRAPH["loadkit_inspect.report.render"]  # under TYPE_CHECKING
+    assert "loadkit.errors" in GRAPH["loadkit.terms"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -139,18 +142,19 @@ def test_the_observer_exception_is_narrow():
 
 # The layers, bottom first. A module may import modules of its own package and of the layers
 # below its own: never a peer package of its layer, never a layer above. The top layer is the
-# faces (``loadkit``'s lazy names, ``python -m loadkit``): nothing below imports them.
+# faces (``loadkit``'s lazy names, ``loadkit``): nothing below imports them.
 LAYERS: list[tuple[str, ...]] = [
     ("loadkit.errors", "loadkit.fmt"),
-    ("loadkit.vocab",),
+    ("loadkit.terms",),
     ("loadkit.mapper", "loadkit.checkpoint"),
     ("loadkit.loading",),
     ("loadkit.parallel", "loadkit.pooling", "loadkit.reload"),
     # The models are built from the layers; the runner runs whichever model its caller names.
     ("loadkit.models", "loadkit.executor"),
-    ("loadkit.inspection",),
-    ("loadkit.demo",),
-    ("loadkit", "loadkit.__main__"),
+    # The library's face (``from loadkit import ...``), then the two parts built on the library.
+    ("loadkit",),
+    ("loadkit_inspect",),
+    ("loadkit_notebooks",),
 ]
 
 
@@ -184,13 +188,13 @@ def test_the_layer_check_sees_what_runs_up_or_sideways():
     assert _layer_violations(
         {
             "loadkit.parallel.share": {"loadkit.models.llama", "loadkit.parallel.state"},
-            "loadkit.models.registry": {"loadkit.inspection.simulate"},
+            "loadkit.models.registry": {"loadkit_inspect.simulate"},
             "loadkit.pooling.probe": {"loadkit.reload.layer", "loadkit.mapper"},
             "loadkit.loading.meta": {"loadkit"},
         }
     ) == [
         "loadkit.loading.meta imports loadkit (a layer above)",
-        "loadkit.models.registry imports loadkit.inspection.simulate (a layer above)",
+        "loadkit.models.registry imports loadkit_inspect.simulate (a layer above)",
         "loadkit.parallel.share imports loadkit.models.llama (a layer above)",
         "loadkit.pooling.probe imports loadkit.reload.layer (a peer on its layer)",
     ]
@@ -201,17 +205,19 @@ def test_imports_run_only_down_the_layers():
     assert _layer_violations(GRAPH) == []
 
 
-def test_the_library_never_imports_the_demo():
+def test_nothing_below_imports_the_notebook_layer():
     offenders = {
-        name: sorted(m for m in deps if m == "loadkit.demo" or m.startswith("loadkit.demo."))
+        name: sorted(
+            m for m in deps if m == "loadkit_notebooks" or m.startswith("loadkit_notebooks.")
+        )
         for name, deps in GRAPH.items()
-        if not (name == "loadkit.demo" or name.startswith("loadkit.demo."))
+        if not (name == "loadkit_notebooks" or name.startswith("loadkit_notebooks."))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
 # What a notebook investigates: the notebook's cells call these, where the reader sees them;
-# loadkit.demo draws the results (or re-runs a function the notebook hands it) and calls none.
+# loadkit_notebooks draws the results (or re-runs a function the notebook hands it) and calls none.
 INVESTIGATED = {
     "as_pooling_model",
     "load_weights",
@@ -244,7 +250,9 @@ def _investigated_calls(source: str) -> list[str]:
 
 def _demo_modules() -> dict[str, Path]:
     return {
-        n: p for n, p in MODULES.items() if n == "loadkit.demo" or n.startswith("loadkit.demo.")
+        n: p
+        for n, p in MODULES.items()
+        if n == "loadkit_notebooks" or n.startswith("loadkit_notebooks.")
     }
 
 
@@ -283,20 +291,35 @@ def test_every_exception_class_lives_in_errors():
 
 def test_a_handful_of_top_level_modules():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "errors.py", "fmt.py", "mapper.py", "vocab.py"]
+    assert top == ["__init__.py", "errors.py", "fmt.py", "mapper.py", "terms.py"]
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
-    for required in ("checkpoint", "demo", "inspection", "loading", "models", "pooling", "reload"):
+    for required in ("checkpoint", "loading", "models", "parallel", "pooling", "reload"):
         assert required in packages
 
 
+def test_the_three_parts_stand_at_the_top_of_the_tree():
+    # The library imports neither other part; the tool never imports the notebook layer.
+    def part(module: str) -> str:
+        return module.split(".")[0]
+
+    upward = sorted(
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in deps
+        if PARTS.index(part(dep)) > PARTS.index(part(name))
+    )
+    assert upward == []
+    assert {part(m) for m in MODULES} == set(PARTS)
+
+
 # The parts of the inspection package that simulate on the meta device, imported only when asked.
-TORCH_PARTS_OF_INSPECTION = ("loadkit.inspection.simulate", "loadkit.inspection.tensor_parallel")
+TORCH_PARTS_OF_INSPECTION = ("loadkit_inspect.simulate", "loadkit_inspect.tensor_parallel")
 TORCH_FREE = [
     "loadkit",
     "loadkit.errors",
     "loadkit.fmt",
     "loadkit.mapper",
-    "loadkit.vocab",
+    "loadkit.terms",
     "loadkit.checkpoint",
     "loadkit.checkpoint.dtypes",
     "loadkit.checkpoint.reader",
@@ -305,7 +328,9 @@ TORCH_FREE = [
     *sorted(
         m
         for m in MODULES
-        if m.startswith("loadkit.inspection") and not m.startswith(TORCH_PARTS_OF_INSPECTION)
+        if m.startswith("loadkit_inspect")
+        and not m.startswith(TORCH_PARTS_OF_INSPECTION)
+        and m != "loadkit_inspect.__main__"
     ),
 ]
 
@@ -317,8 +342,9 @@ def test_the_header_only_path_never_imports_torch():
 import importlib, json, sys
 for name in {TORCH_FREE!r}:
     importlib.import_module(name)
-from loadkit import LoadkitError, inspect_checkpoint, open_checkpoint
-from loadkit.inspection.cli import main
+from loadkit import LoadkitError, open_checkpoint
+from loadkit_inspect import inspect_checkpoint
+from loadkit_inspect.cli.main import main
 report = inspect_checkpoint({str(DATA / "plamo2" / "tied-with-lm-head")!r},
                             mapper={{"orig_to_new_prefix": {{"model.": ""}}}})
 text, doc = report.render(), report.to_json()
@@ -337,7 +363,7 @@ def test_the_inspection_parts_that_need_torch_are_named(part):
     # The rule's exceptions, each named in the inspection package's docstring.
     modules = [m for m in MODULES if m == part or m.startswith(part + ".")]
     assert any("torch" in {n.split(".")[0] for n in _third_party(m)} for m in modules)
-    doc = ast.get_docstring(ast.parse(MODULES["loadkit.inspection"].read_text())) or ""
+    doc = ast.get_docstring(ast.parse(MODULES["loadkit_inspect"].read_text())) or ""
     assert f"``{part.rpartition('.')[2]}``" in doc and "torch" in doc
 
 
@@ -352,7 +378,7 @@ def _third_party(name: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["loadkit.checkpoint.reader", "loadkit.inspection.layout"])
+@pytest.mark.parametrize("module", ["loadkit.checkpoint.reader", "loadkit_inspect.report.layout"])
 def test_torch_free_modules_do_not_even_mention_it_at_import(module):
     # Not just untouched at run time: no module-level torch import at all.
     tree = ast.parse(MODULES[module].read_text())
@@ -365,7 +391,7 @@ def test_torch_free_modules_do_not_even_mention_it_at_import(module):
 def _module_map() -> list[str]:
     """Module names in the first column of the module map in docs/architecture.md."""
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
-    section = text.split("## The module map", 1)[1].split("\n#", 1)[0]
+    section = text.split("## The module map", 1)[1].split("\n## ", 1)[0]
     names = []
     for line in section.splitlines():
         if line.startswith("| `loadkit"):
@@ -382,11 +408,21 @@ def test_the_module_map_names_every_module_and_only_real_ones():
     covered = {m for m in MODULES if m in listed}
     covered |= {m for m in MODULES for n in named if n.endswith(".*") and m.startswith(n[:-1])}
     packages_only = {m for m, p in MODULES.items() if p.name == "__init__.py"} - {"loadkit"}
-    unlisted = set(MODULES) - covered - packages_only - {"loadkit.__main__"}
+    unlisted = set(MODULES) - covered - packages_only - {"loadkit_inspect.__main__"}
     assert sorted(unlisted) == []  # and every module is named
 
 
-MAX_FUNCTION_LINES = 50  # from its def to its last line, its docstring left out
+MAX_FUNCTION_LINES = 60  # from its def to its last line, its docstring left out
+# Functions still over the limit, each to be split; the list may only shrink.
+LONG_FUNCTIONS = {
+    "loadkit.checkpoint.header:parse_header",
+    "loadkit.executor.launcher:run_tensor_parallel",
+    "loadkit.models.transformers.base:_create_hf_to_vllm_mapper",
+    "loadkit.parallel.checks:size_findings",
+    "loadkit.pooling.adapter:_pooling_class",
+    "loadkit_inspect.sources.index:open_lenient",
+    "loadkit_notebooks.stories.reload:counter_figure",
+}
 
 
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -398,23 +434,25 @@ def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return lines
 
 
-def test_no_function_in_inspection_is_longer_than_fifty_lines():
-    long = []
-    for name, path in MODULES.items():
-        if name != "loadkit.inspection" and not name.startswith("loadkit.inspection."):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = _code_lines(node)
-                if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{name}:{node.name} ({lines} lines)")
-    assert long == []
-    assert len([m for m in MODULES if m.startswith("loadkit.inspection.")]) > 10  # it looked
+def _long_functions() -> dict[str, int]:
+    return {
+        f"{name}:{node.name}": lines
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (lines := _code_lines(node)) > MAX_FUNCTION_LINES
+    }
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    long = _long_functions()
+    assert sorted(set(long) - LONG_FUNCTIONS) == []
+    assert sorted(LONG_FUNCTIONS - set(long)) == []  # split: take it off the list
 
 
 def test_the_inspector_reads_as_its_pipeline():
     # inspect() calls the steps in the order the module defines them, each once.
-    tree = ast.parse(MODULES["loadkit.inspection.inspector"].read_text())
+    tree = ast.parse(MODULES["loadkit_inspect.inspector"].read_text())
     functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     pipeline = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "inspect")
     calls = [

@@ -207,7 +207,7 @@ def test_the_changelog_keeps_an_unreleased_section():
 
 def test_docs_inspect_lists_every_flag_of_the_command():
     out = subprocess.run(
-        [sys.executable, "-m", "loadkit", "inspect", "--help"],
+        [sys.executable, "-m", "loadkit_inspect", "inspect", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -277,8 +277,8 @@ def _json_schema_rows() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_docs_inspect_documents_every_key_of_the_json_document():
-    from loadkit import inspect_checkpoint
-    from loadkit.inspection.report import SCHEMA_VERSION
+    from loadkit_inspect import inspect_checkpoint
+    from loadkit_inspect.report.report import SCHEMA_VERSION
 
     report = inspect_checkpoint(
         REPO / "data" / "llama_like" / "model.safetensors", model="llama-like", tp=2, probe=True
@@ -312,7 +312,7 @@ def test_every_test_the_documents_name_exists():
 
 @pytest.mark.parametrize("name", ["README.md", "docs/inspect.md"])
 def test_the_built_in_models_are_listed_as_the_registry_has_them(name):
-    from loadkit.models.registry import BUILTIN
+    from loadkit_inspect.models.registry import BUILTIN
 
     text = " ".join((REPO / name).read_text().split())
     listing = re.search(r"`gemma4-like`(?:,? (?:and )?`[\w-]+`)*", text)
@@ -329,7 +329,7 @@ def test_the_readme_example_is_what_inspect_prints(tmp_path, loadkit_cli):
     tensors["model.final_norm.weight"] = tensors.pop("model.norm.weight")
     save_file(tensors, tmp_path / "broken.safetensors")
     readme = (REPO / "README.md").read_text()
-    command = "$ python -m loadkit inspect broken.safetensors --model plamo2\n...\n"
+    command = "$ loadkit inspect broken.safetensors --model plamo2\n...\n"
     shown = readme.split(command, 1)[1].split("```", 1)[0].splitlines()
     assert len(shown) > 10
     out = loadkit_cli("inspect", "broken.safetensors", "--model", "plamo2", cwd=tmp_path)

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODULES = sorted(
     m.name
     for m in pkgutil.walk_packages(loadkit.__path__, "loadkit.")
-    if m.name != "loadkit.__main__"
+    if m.name != "loadkit_inspect.__main__"
 )
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -52,8 +52,8 @@ PUBLIC_API = [
     "loadkit.models.transformers.wrappers:TransformersEmbeddingModel",
     "loadkit.models.transformers.wrappers:TransformersForSequenceClassification",
     "loadkit.checkpoint.reader:open_checkpoint",
-    "loadkit.inspection.inspector:inspect_checkpoint",
-    "loadkit.vocab:check_behaviour",
+    "loadkit_inspect.inspector:inspect_checkpoint",
+    "loadkit.terms:check_behaviour",
 ]
 
 

@@ -116,7 +116,7 @@ _FIELD = rf'"(dtype|shape|data_offsets)"{_WS}:{_WS}(?:"([A-Z0-9_]++)"|{_UINTS})'
 
 
 class _Lazy:
-    """A regular expression compiled on first use: ``python -m loadkit inspect`` pays only for
+    """A regular expression compiled on first use: ``loadkit inspect`` pays only for
     the ones an ordinary header needs (each compile costs a fraction of a millisecond)."""
 
     def __init__(self, pattern: str) -> None:
@@ -502,8 +502,8 @@ def read_header(text: str, data_size: int) -> HeaderTable:
 # refuses one that does) and no number can exceed int64: whitespace runs of at most
 # _COMMON_SPACE, names of at most _COMMON_NAME characters, at most _COMMON_DIMS dimensions of at
 # most 18 digits (below 2**63), dtype names of at most 16 characters. Its longest entry is far
-# below MAX_ENTRY_CHARS (tests/checkpoint/test_common_header.py builds it). Anything longer is
-# not an error here, only not common: the careful path reads it.
+# below MAX_ENTRY_CHARS (tests/library/checkpoint/test_common_header.py builds it). Anything
+# longer is not an error here, only not common: the careful path reads it.
 _COMMON_SPACE = 256
 _COMMON_NAME = 65536
 _COMMON_DIMS = 64

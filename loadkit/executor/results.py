@@ -10,7 +10,7 @@ import numpy as np
 
 from loadkit.parallel.holdings import CopyRecord
 from loadkit.parallel.state import TensorParallelError
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 BUGS = ("gguf-rank", "kv-replication")
 

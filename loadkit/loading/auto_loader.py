@@ -24,7 +24,7 @@ from loadkit.loading.observe import LoadObserver
 from loadkit.loading.tensors import loadable_tensors, qualname
 from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
 from loadkit.mapper import WeightsMapper, rule_text
-from loadkit.vocab import Status
+from loadkit.terms import Status
 
 BIAS_RULE = "upstream's '.bias' suffix rule"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 _COPY = torch.ops.aten.copy_.default
 _CLONE = torch.ops.aten.clone.default

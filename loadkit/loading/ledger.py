@@ -3,7 +3,7 @@
 ``load_state_dict`` reports missing and unexpected keys after the fact; the ledger accounts for
 both sides completely. Each checkpoint entry ends in exactly one status of ``ENTRY_STATUSES`` and
 each model parameter or persistent buffer in exactly one of ``PARAM_STATUSES`` (both
-``loadkit.vocab.Status`` members).
+``loadkit.terms.Status`` members).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from loadkit.fmt import table
 from loadkit.loading.observe import LoadObserver, current_observer
 from loadkit.loading.tensors import named_loadable
-from loadkit.vocab import ENTRY_STATUSES, PARAM_STATUSES, Status
+from loadkit.terms import ENTRY_STATUSES, PARAM_STATUSES, Status
 
-# Short names of the ledger's statuses (``loadkit.vocab.Status`` members, not copies).
+# Short names of the ledger's statuses (``loadkit.terms.Status`` members, not copies).
 
 
 @dataclass(slots=True)  # one per checkpoint name: 200,000 of them, each made in the load

@@ -4,7 +4,7 @@
 modules named as vLLM's), ``param_loaders`` (where a rank narrows a checkpoint tensor),
 ``holdings`` (which checkpoint rows each parameter got, read from the copies the loaders make).
 Running ``tp`` real processes is ``loadkit.executor``'s job; one rank's share on the meta device,
-for ``inspect --tp``, is ``loadkit.inspection.tensor_parallel``'s.
+for ``inspect --tp``, is ``loadkit_inspect.tensor_parallel``'s.
 """
 
 from loadkit.parallel.linear import (

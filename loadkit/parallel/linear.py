@@ -30,7 +30,7 @@ import loadkit.parallel.param_loaders as pl
 from loadkit.errors import LoadkitError, ShardIdError
 from loadkit.loading.weight_loaders import loader_of, set_weight_attrs
 from loadkit.parallel.state import TensorParallelError, divide, get_tp_group
-from loadkit.vocab import BEHAVIOURS, Behaviour, check_behaviour
+from loadkit.terms import BEHAVIOURS, Behaviour, check_behaviour
 
 ShardId = int | str
 

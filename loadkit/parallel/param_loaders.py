@@ -19,7 +19,7 @@ import torch
 
 from loadkit.errors import ShapeMismatchError
 from loadkit.parallel.state import TensorParallelError, get_tp_group
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 
 def _dim(param: torch.Tensor, name: str) -> int:

@@ -23,7 +23,7 @@ import torch
 
 from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.pooling.probe import ProbeRecord, lookup_name, match_prefix
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 Forward = Literal["original", "mapped"]
 M = TypeVar("M", bound=torch.nn.Module)

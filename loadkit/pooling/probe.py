@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from loadkit.mapper import WeightsMapper
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 CANDIDATE_PREFIXES = ("", "model.")
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from loadkit.loading.meta import T, to_meta
 from loadkit.loading.weight_loaders import WeightLoader, loader_of, set_weight_attrs
-from loadkit.vocab import Behaviour
+from loadkit.terms import Behaviour
 
 _MISSING = object()  # a live parameter that had no weight_loader attribute of its own
 

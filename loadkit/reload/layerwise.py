@@ -48,7 +48,7 @@ from loadkit.loading.meta import to_meta
 from loadkit.loading.tensors import qualname
 from loadkit.loading.weight_loaders import WeightLoader, loader_of
 from loadkit.reload.layer import LayerReload, ScratchArena
-from loadkit.vocab import Behaviour, check_behaviour
+from loadkit.terms import Behaviour, check_behaviour
 
 __all__ = [
     "ExcessiveLoadWarning",

@@ -4,14 +4,14 @@ makes (the mappers, the loads, ``qkv_rows``), independently of the page."""
 from __future__ import annotations
 
 from loadkit import AutoWeightsLoader, WeightsMapper, open_checkpoint
-from loadkit.demo.scenario import Record
-from loadkit.demo.stories.stacked_mapper import (
+from loadkit.models import vision_tower as vt
+from loadkit_notebooks.scenario import Record
+from loadkit_notebooks.stories.stacked_mapper import (
     CHECKPOINT,
     load_record,
     mapping_figure,
     rows_figure,
 )
-from loadkit.models import vision_tower as vt
 
 __all__ = ["main_records", "mapping", "mapping_figure", "rows_figure"]
 

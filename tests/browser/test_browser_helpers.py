@@ -13,7 +13,7 @@ from lab_server import REPO, lab_argv, make_lab_command
 from toggle_check import click_order, describe_difference, expected_traces, title_shows
 from toy_story import main_records
 
-from loadkit.demo.viz import figure, figure_data, record_view
+from loadkit_notebooks.viz import figure, figure_data, record_view
 
 
 def test_lab_command_is_the_makefiles():

@@ -29,8 +29,8 @@ from toggle_check import (
 from toy_story import main_records as toy_records
 from toy_story import write_toy_notebook
 
-from loadkit.demo.scenario import Record
-from loadkit.demo.viz import figure
+from loadkit_notebooks.scenario import Record
+from loadkit_notebooks.viz import figure
 
 # notebook -> (story module, its function giving the records the main toggle swaps between, its
 # function drawing the chart for one record). The first record is where Run All leaves the toggle.
@@ -41,21 +41,21 @@ BUG_NOTEBOOKS = {
 
 
 def _reload_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
-    from loadkit.demo.stories import reload as story
+    from loadkit_notebooks.stories import reload as story
 
     run = functools.cache(ns["reload"])
     return story.main_records(run), functools.partial(story.toggle_figure, reload=run)
 
 
 def _stream_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
-    from loadkit.demo.stories import pooling_probe as pp
+    from loadkit_notebooks.stories import pooling_probe as pp
 
     records = {s: pp.stream_record(s, ns["runs_of"](s)) for s in ns["STREAMS"]}
     return records, pp.main_figure
 
 
 def _tp_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
-    from loadkit.demo.stories import tensor_parallel as story
+    from loadkit_notebooks.stories import tensor_parallel as story
 
     return story.main_records(ns["launch"]), story.rows_figure
 
@@ -138,7 +138,7 @@ def test_bug_notebook_toggle_drives_chart(name, open_notebook, lab, tmp_path):
 def test_tensor_parallel_toggles_tp_and_bug(open_notebook, lab, tmp_path):
     """Notebook 05's other toggles: tp (second) and bug (third) rebuild what the main one swaps
     between; the row map after each pair of clicks is the story's for that bug and tp."""
-    from loadkit.demo.stories import tensor_parallel as story
+    from loadkit_notebooks.stories import tensor_parallel as story
 
     name = "05_tensor_parallel.ipynb"
     launch = notebook_namespace(name)["launch"]
@@ -186,7 +186,7 @@ def test_stacked_mapper_key_chart_shows_every_key_old_and_new(open_notebook, lab
 def test_plamo2_map_shows_every_loader_at_once(open_notebook, lab, tmp_path):
     """Notebook 02 has no toggle: its first chart holds all four loaders. After Run All the page
     draws exactly the library's map of the notebook's own loads, a screen high."""
-    from loadkit.demo.stories import plamo2 as story
+    from loadkit_notebooks.stories import plamo2 as story
 
     name = "02_plamo2_autoweightsloader.ipynb"
     ns = notebook_namespace(name)
@@ -251,8 +251,8 @@ def test_debug_panel_boxes_and_button_drive_the_picture(open_notebook, lab, tmp_
 
     from repo_paths import NOTEBOOKS
 
-    from loadkit.demo.stories import debug as story
     from loadkit.errors import LoadkitError
+    from loadkit_notebooks.stories import debug as story
 
     name = "04_debug_your_checkpoint.ipynb"
     inspect = notebook_namespace(name)["inspect"]
@@ -311,7 +311,7 @@ def test_tour_sankey_and_name_dropdown(open_notebook, lab, tmp_path):
     from repo_paths import NOTEBOOKS
 
     from loadkit import ledger_of, open_checkpoint
-    from loadkit.demo.stories import tour
+    from loadkit_notebooks.stories import tour
 
     name = "00_tour.ipynb"
     ns = notebook_namespace(name)
@@ -348,7 +348,7 @@ def test_tour_sankey_and_name_dropdown(open_notebook, lab, tmp_path):
 def test_reload_order_and_layer_dropdowns_drive_the_counter_chart(open_notebook, lab, tmp_path):
     """Notebook 03's order and layers dropdowns: the counter chart (old and new side by side)
     becomes the library's for the notebook's own reloads in that order, over those layers."""
-    from loadkit.demo.stories import reload as story
+    from loadkit_notebooks.stories import reload as story
 
     name = "03_layerwise_reload.ipynb"
     run = functools.cache(notebook_namespace(name)["reload"])

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loadkit.demo.scenario import Record
-from loadkit.demo.viz import figure
+from loadkit_notebooks.scenario import Record
+from loadkit_notebooks.viz import figure
 
 if TYPE_CHECKING:  # lab_page imports playwright: the helpers here must import without it
     from lab_page import NotebookPage
@@ -72,7 +72,7 @@ def page_traces(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def title_shows(title: str, behaviour: str) -> bool:
-    """``loadkit.demo.viz`` titles a chart ``"<title> [<behaviour>]"``, or just the behaviour."""
+    """``loadkit_notebooks.viz`` titles a chart ``"<title> [<behaviour>]"``, or the behaviour."""
     return title == behaviour or title.endswith(f" [{behaviour}]")
 
 

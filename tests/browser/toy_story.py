@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from loadkit.demo.scenario import Record, run_behaviours
+from loadkit_notebooks.scenario import Record, run_behaviours
 
 SIZES = {"A": 6, "dt_bias": 6, "D": 6}
 
@@ -54,8 +54,8 @@ CELLS = [
     (
         "code",
         "from toy_story import main_records\n"
-        "from loadkit.demo.scenario import outcome_table\n"
-        "from loadkit.demo.viz import figure, figure_data, record_view\n"
+        "from loadkit_notebooks.scenario import outcome_table\n"
+        "from loadkit_notebooks.viz import figure, figure_data, record_view\n"
         "\n"
         "records = main_records()\n"
         "print(outcome_table(records))",
@@ -75,7 +75,7 @@ CELLS = [
 # while the printed figure data (of ``view.chart``) still does.
 BROKEN_DISPLAY = (
     "# NBVAL_IGNORE_OUTPUT\n"
-    "from loadkit.demo.chart import Chart, Panel\n"
+    "from loadkit_notebooks.chart import Chart, Panel\n"
     "\n"
     "view = record_view(records, figure)\n"
     "Panel(view.toggle, Chart(view.chart.fig), chart=view.chart)"

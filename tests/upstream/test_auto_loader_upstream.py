@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadkit.loading.auto_loader import BIAS_RULE
-from loadkit.vocab import Status
+from loadkit.terms import Status
 from upstream.common import (
     PROPERTY,
     Difference,

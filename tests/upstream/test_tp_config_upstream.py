@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from loadkit.inspection.inspector import inspect_checkpoint
+from loadkit_inspect.inspector import inspect_checkpoint
 from upstream.fetch import ensure_sources
 from upstream.harness import _compile
 

@@ -25,7 +25,7 @@ from loadkit.parallel.vocab_parallel_embedding import (
     ParallelLMHead,
     VocabParallelEmbedding,
 )
-from loadkit.vocab import Behaviour
+from loadkit.terms import Behaviour
 
 # Upstream's LlamaModel.hf_to_vllm_mapper (vLLM 0.28.0): q/k/v and gate/up land in packed
 # parameters, each tensor tagged with its shard id.
@@ -218,7 +218,7 @@ def model_from_checkpoint(
     kv_behaviour: Behaviour = "new",
 ) -> LlamaForCausalLM:
     """The model for this rank of the current group, sized from a checkpoint's header: the
-    model ``loadkit.executor`` runs and ``loadkit.inspection.tensor_parallel`` simulates when a
+    model ``loadkit.executor`` runs and ``loadkit_inspect.tensor_parallel`` simulates when a
     caller picks the Llama-like one (a module-level function, so it crosses to rank processes).
 
     >>> from loadkit.models.llama.checkpoint import checkpoint_layout

@@ -22,7 +22,7 @@ from loadkit.models.dyadic import (
     softplus_inverse,
 )
 from loadkit.models.nemotron_h.config import NemotronHConfig
-from loadkit.vocab import check_behaviour
+from loadkit.terms import check_behaviour
 
 if TYPE_CHECKING:
     from loadkit.checkpoint.reader import TensorInfo

@@ -26,7 +26,7 @@ from loadkit.loading.weight_loaders import (
 )
 from loadkit.models._common import RMSNorm
 from loadkit.models.plamo2.config import BEHAVIOURS, Plamo2Config
-from loadkit.vocab import Status, check_behaviour
+from loadkit.terms import Status, check_behaviour
 
 # --- modules (upstream names and shapes) ----------------------------------------------------------
 

@@ -131,7 +131,7 @@ def load_config(source: str | os.PathLike[str]) -> tuple[PretrainedConfig, str]:
 
     >>> load_config("no/such/folder")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    loadkit.models.registry.ModelSpecError: no/such/folder/config.json: no such config file ...
+    loadkit.errors.ModelSpecError: no/such/folder/config.json: no such config file ...
     """
     path = config_path(source)
     return config_from_dict(read_config_dict(path), str(path)), str(path)

@@ -1,0 +1,492 @@
+"""``inspect_checkpoint``: where a checkpoint's names meet a model's names, before any load.
+
+The inspector is a pipeline of small steps, each taking and returning plain records, in the
+order this module defines them:
+
+1. ``read_checkpoint``: the safetensors headers (a file, a folder and its index, a repo id in the
+   local cache, a URL), never the tensor data;
+2. ``map_names``: the ``--mapper`` rules parsed, every checkpoint name traced through them;
+3. ``build``: the model on the meta device, with the given rules in place of its own
+   (``probe_prefixes`` then runs the pooling adapter's prefix probe, ``"old"`` and ``"new"``);
+4. ``load``: a simulated load (``loadkit_inspect.simulate``): every key's fate, missing and
+   unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
+   then traces the mapper the load used;
+5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
+   the rules considered and refused, and why);
+6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
+   checked as vLLM checks it); ``judge_loaders`` then gives one verdict per loader the model has
+   (``vllm``, with what it makes of ``tp``, and for a transformers model ``transformers``:
+   ``from_pretrained`` simulated on the meta device);
+7. the report (``loadkit_inspect.report.report.InspectReport``) holds the records; ``announce_fix``
+   announces a suggested fix (an audit event).
+
+Without a model the pipeline stops after step 2. This module does not import torch: the steps
+that need it import it, so a header-only report is built from headers alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+from loadkit.errors import LoadkitError
+from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
+from loadkit_inspect.progress import Progress
+from loadkit_inspect.report.report import InspectReport
+from loadkit_inspect.report.summary import CheckpointSummary, summarize_checkpoint
+from loadkit_inspect.sources.index import IndexProblem
+from loadkit_inspect.sources.resolve import Source, open_source
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from loadkit.mapper import WeightsMapper
+    from loadkit.pooling.probe import ProbeRecord
+    from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
+    from loadkit_inspect.loaders import LoaderVerdict
+    from loadkit_inspect.mapper_trace import MapperReport
+    from loadkit_inspect.report.records import ModelSummary
+    from loadkit_inspect.simulate import DryLoad
+    from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.tensor_parallel.plan import TPReport
+
+
+def inspect_checkpoint(
+    checkpoint: str | os.PathLike[str] | Checkpoint,
+    *,
+    model: str | nn.Module | Callable[..., nn.Module] | None = None,
+    mapper: WeightsMapper | Mapping[str, Any] | str | None = None,
+    mapper_label: str = "given mapper",
+    replace_mapper: bool = False,
+    rules: LoadRules | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    probe: bool | None = None,
+    suggest: bool = True,
+    tp: int | None = None,
+    strict_index: bool = False,
+    timeout: float | None = None,
+    loader: str = "all",
+    progress: bool = False,
+) -> InspectReport:
+    """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
+
+    Args:
+        checkpoint: what to inspect (a file, a folder, a sharded index, or an opened
+            ``Checkpoint``); only headers are read. Also a Hugging Face repo id
+            (``org/name[@revision]``, from the local cache) or an ``http(s)://`` URL of a
+            ``.safetensors`` file or an index (read with Range requests).
+        model: a built-in name (``loadkit_inspect.models.registry.BUILTIN``), a
+            ``"package.module:callable"`` spec, a callable (called with no argument, or with the
+            checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
+            caller's is left alone).
+        mapper: rules added after the model's own, stage by stage (those its root
+            ``AutoWeightsLoader`` is given, and its ``hf_to_vllm_mapper``, which the probe
+            reads); with ``replace_mapper`` they replace them.
+        mapper_label: how the report names ``mapper``.
+        replace_mapper: ``mapper`` replaces the model's rules instead of extending them.
+        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+            (``allow_missing``, ``strict_dtype``).
+        model_args: keyword arguments for a callable ``model``.
+        probe: report the pooling probe; ``None``: only for a pooling model.
+        suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
+        strict_index: an inconsistent index (every tensor still loads) fails the report too.
+        tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
+            what each would hold and what cannot work (``report.tensor_parallel``).
+        timeout: seconds each request to a remote checkpoint may take.
+        loader: whose verdict decides ``clean``: ``"vllm"``, ``"transformers"`` (a model built
+            from a transformers class, ``--model hf``: ``PreTrainedModel.from_pretrained``,
+            simulated header-only) or ``"all"`` (every loader the model has).
+        progress: show a progress bar on stderr (tqdm) once the inspect has run 2 seconds
+            (``LOADKIT_PROGRESS_DELAY`` seconds when set): shards read, names loaded.
+
+    Returns:
+        The report; bad input raises a ``loadkit.errors.LoadkitError``.
+
+    Example:
+        >>> report = inspect_checkpoint("data/gemma4_like/model.safetensors")  # headers only
+        >>> report.clean, len(report.checkpoint.tensors), report.exit_status
+        (None, 73, 0)
+        >>> report = inspect_checkpoint("data/plamo2/untied.safetensors", model="plamo2")
+        >>> report.clean, report.exit_status, report.probe
+        (True, 0, None)
+    """
+    options = InspectOptions(
+        checkpoint,
+        model=model,
+        mapper=mapper,
+        mapper_label=mapper_label,
+        replace_mapper=replace_mapper,
+        rules=rules or LoadRules(),
+        model_args=dict(model_args or {}),
+        probe=probe,
+        suggest=suggest,
+        tp=tp,
+        strict_index=strict_index,
+        timeout=timeout,
+        loader=loader,
+        progress=progress,
+    )
+    return inspect(options)
+
+
+def inspect(options: InspectOptions) -> InspectReport:
+    """The pipeline: each step below, in order; the records they return make the report.
+
+    Example:
+        >>> inspect(InspectOptions("data/plamo2/untied.safetensors", model="plamo2")).clean
+        True
+    """
+    check_patterns(options.rules)
+    with Progress(options.progress) as progress:
+        read = read_checkpoint(options.checkpoint, options.timeout, progress)
+        names = map_names(options, read)
+        if options.model is None:
+            if options.tp is not None:
+                raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
+            return InspectReport(read.summary, names.report, strict_index=options.strict_index)
+        built = build(options, read, names)
+        probe = probe_prefixes(options, read, built)
+        loaded = load(options, read, built, names, progress)
+        mapper = trace_mapper(options, read, built, loaded, names)
+        fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
+        plan = plan_tensor_parallel(options, read)
+        verdicts = judge_loaders(options, read, built, loaded, plan)
+    report = InspectReport(
+        read.summary,
+        mapper,
+        built.summary,
+        probe,
+        loaded.report,
+        plan,
+        fix,
+        options.strict_index,
+        verdicts.loaders,
+        verdicts.selected,
+        verdicts.from_pretrained,
+        not_offered,
+    )
+    announce_fix(options, report)
+    return report
+
+
+# --- the records the steps pass on ----------------------------------------------------------------
+
+
+class CheckpointRead(NamedTuple):
+    """Step 1: the opened checkpoint and its header summary (index problems included)."""
+
+    checkpoint: Checkpoint
+    summary: CheckpointSummary
+
+    @property
+    def infos(self) -> list[TensorInfo]:
+        """The checkpoint's tensors, in the order ``Checkpoint.weights()`` yields them."""
+        return self.summary.tensors
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.summary.tensors]
+
+
+class NameMapping(NamedTuple):
+    """Step 2: the user's mapper (``None``: the model's own), and every name traced through it."""
+
+    mapper: WeightsMapper | None
+    report: MapperReport | None
+
+
+class BuiltModel(NamedTuple):
+    """Step 3: the model on the meta device, and the mapper it loads with (``hf_to_vllm_mapper``,
+    extended, or replaced, by the user's when given)."""
+
+    module: nn.Module
+    summary: ModelSummary
+    mapper: WeightsMapper | None
+    own_mapper: WeightsMapper | None  # the model's own, before any --mapper
+
+    @property
+    def cls(self) -> str:
+        return type(self.module).__name__
+
+
+class LoaderVerdicts(NamedTuple):
+    """Step 5: one verdict per loader the model has, those ``selected`` deciding ``clean``;
+    ``from_pretrained``: the transformers loader's own lists (a transformers model only)."""
+
+    loaders: dict[str, LoaderVerdict]
+    selected: tuple[str, ...]
+    from_pretrained: FromPretrained | None
+
+
+# --- the steps, in order --------------------------------------------------------------------------
+
+
+def check_patterns(rules: LoadRules) -> None:
+    """An ``allow_missing`` pattern that would quietly match nothing is an error up front."""
+    for pattern in rules.allow_missing:
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
+
+
+def read_checkpoint(
+    checkpoint: str | os.PathLike[str] | Checkpoint,
+    timeout: float | None = None,
+    progress: Progress | None = None,
+) -> CheckpointRead:
+    """Open ``checkpoint``'s headers: a path (a folder: every index problem collected, the rest
+    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards."""
+    problems: list[IndexProblem] = []
+    named: Source | None = None
+    if isinstance(checkpoint, Checkpoint):
+        ck = checkpoint
+    else:
+        count = progress.stage("reading headers", "shard") if progress else None
+        ck, problems, named = open_source(checkpoint, timeout=timeout, progress=count)
+    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named))
+
+
+def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
+    """Parse the user's mapper rules, if any, and trace every checkpoint name through them."""
+    if options.mapper is None:
+        return NameMapping(None, None)
+    from loadkit_inspect.mapper_trace import mapper_report, parse_mapper
+
+    mapper = parse_mapper(options.mapper)
+    return NameMapping(mapper, mapper_report(mapper, read.names, options.mapper_label))
+
+
+def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> BuiltModel:
+    """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
+    own."""
+    from loadkit.mapper import WeightsMapper
+    from loadkit_inspect.models.registry import build_model
+
+    ck, model = read.checkpoint, options.model
+    assert model is not None  # inspect() stops before this step without a model
+    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
+    # After the build: a model that cannot be built (no config.json) fails before torch loads.
+    from loadkit_inspect.simulate import model_summary
+
+    found = getattr(module, "hf_to_vllm_mapper", None)
+    own = found if isinstance(found, WeightsMapper) else None
+    mapper = own
+    if names.mapper is not None:
+        # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
+        # for this (meta) model only. The dry load extends (or replaces) the root loader's.
+        extend = not options.replace_mapper and own is not None
+        mapper = own | names.mapper if extend and own is not None else names.mapper
+        setattr(module, "hf_to_vllm_mapper", mapper)  # noqa: B010 (an instance attribute)
+    return BuiltModel(module, model_summary(module, spec), mapper, own)
+
+
+def probe_prefixes(
+    options: InspectOptions, read: CheckpointRead, built: BuiltModel
+) -> dict[str, ProbeRecord] | None:
+    """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for, or a pooling model."""
+    if not (options.probe or (options.probe is None and built.summary.pooling)):
+        return None
+    from loadkit.pooling.probe import predict_probe
+
+    params = {name for name, _ in built.module.named_parameters()}
+    keys = [(t.name, t.nbytes) for t in read.infos]
+    return {
+        b: predict_probe(keys, params, mapper=built.mapper, behaviour=b) for b in ("old", "new")
+    }
+
+
+def load(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    names: NameMapping,
+    progress: Progress,
+) -> DryLoad:
+    """The load simulated on ``meta`` with the model's own loader and the user's rules."""
+    from loadkit_inspect.simulate import dry_load
+
+    replace = names.mapper is not None and options.replace_mapper
+    loaded = dry_load(
+        built.module,
+        read.infos,
+        mapper=built.mapper if replace else built.own_mapper,
+        replace_mapper=replace,
+        extend=None if replace else names.mapper,
+        rules=options.rules,
+        progress=progress.stage("dry load", "name"),
+    )
+    if options.rules.for_loader and not loaded.autoloader:
+        loaded.report.notes.append(
+            f"{built.cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
+            "skip and ignore rules given were not applied"
+        )
+    return loaded
+
+
+def trace_mapper(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    names: NameMapping,
+) -> MapperReport | None:
+    """The mapper section: the user's rules (as the load used them, after the model's own;
+    noting a load that bypassed them), else the mapper the model's root loader used, else the
+    model's ``hf_to_vllm_mapper``."""
+    from loadkit_inspect.mapper_trace import mapper_report
+
+    cls = built.cls
+    origins = getattr(built.module, "mapper_rule_origins", None)
+    if names.mapper is not None:
+        traced, label = names.mapper, options.mapper_label
+        if loaded.autoloader and loaded.mapper is not None and not options.replace_mapper:
+            traced, label = loaded.mapper, f"{cls}'s own rules, then {options.mapper_label}"
+        report = mapper_report(traced, read.names, label, origins)
+        if not loaded.autoloader:
+            report.note = (
+                f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
+                "these rules were traced, and given to the pooling probe, but not to the load"
+            )
+        return report
+    if loaded.autoloader and loaded.mapper is not None:
+        source = (
+            f"{cls}.hf_to_vllm_mapper"
+            if loaded.mapper is built.mapper
+            else f"the mapper {cls}.load_weights loads with"
+        )
+        return mapper_report(loaded.mapper, read.names, source, origins)
+    if built.mapper is not None:
+        return mapper_report(built.mapper, read.names, f"{cls}.hf_to_vllm_mapper", origins)
+    return None
+
+
+def suggest_fixes(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    names: NameMapping,
+    progress: Progress,
+) -> tuple[SuggestedFix | None, NotOffered | None]:
+    """Rules that explain a systematic mismatch, offered only when a second dry load makes
+    things better (proven when it is clean); or the rules considered and refused, and why."""
+    if not options.suggest or loaded.report.clean or not loaded.autoloader:
+        return None, None
+    from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
+    from loadkit_inspect.simulate import dry_load
+
+    def retry(with_mapper: WeightsMapper) -> Any:
+        return dry_load(
+            built.module,
+            read.infos,
+            mapper=with_mapper,
+            replace_mapper=True,
+            rules=options.rules,
+            progress=progress.stage("dry load, proving a fix", "name"),
+        ).report
+
+    replace = names.mapper is not None and options.replace_mapper
+    found = suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
+    if isinstance(found, NotOffered):
+        return None, found
+    return found, None
+
+
+def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
+    """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
+    if options.tp is None:
+        return None
+    from torch import nn
+
+    from loadkit_inspect.models.registry import build_model
+    from loadkit_inspect.tensor_parallel.plan import tp_report
+
+    model, ck = options.model, read.checkpoint
+    assert model is not None  # inspect() stops before this step without a model
+    if isinstance(model, nn.Module):
+        raise LoadkitError(
+            "tp needs a model name, spec or callable: a built module cannot be rebuilt "
+            "for each rank's share"
+        )
+
+    def rebuild() -> nn.Module:
+        return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
+
+    return tp_report(ck.tensors, rebuild, options.tp)
+
+
+def judge_loaders(
+    options: InspectOptions,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    plan: TPReport | None = None,
+) -> LoaderVerdicts:
+    """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
+    model built from a transformers class ``transformers``'s (``from_pretrained``, simulated on
+    meta), when ``options.loader`` asks; ``--strict-index`` fails both alike."""
+    from loadkit_inspect.loaders import (
+        TRANSFORMERS,
+        VLLM,
+        available_loaders,
+        select_loaders,
+        transformers_verdict,
+        vllm_verdict,
+    )
+
+    available = available_loaders(built.module)
+    selected = select_loaders(options.loader, available)
+    strict = options.strict_index
+    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    from_pretrained = None
+    if TRANSFORMERS in selected:
+        from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
+
+        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        infos, reads = _transformers_reads(read)
+        from_pretrained = from_pretrained_verdict(config, infos).under(options.rules)
+        from_pretrained = from_pretrained._replace(reads=reads)
+        verdicts[TRANSFORMERS] = transformers_verdict(
+            from_pretrained, read.summary, strict_index=strict
+        )
+    loaders = {n: verdicts[n] for n in available if n in verdicts}
+    return LoaderVerdicts(loaders, selected, from_pretrained)
+
+
+def _transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
+    """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
+    beside its index (transformers prefers it and never opens the shards), else the
+    checkpoint's; and that file's name, or ``None``."""
+    from loadkit.checkpoint.reader import read_safetensors_header
+    from loadkit_inspect.sources.index import single_file_beside_index
+
+    single = single_file_beside_index(read.checkpoint.path)
+    if single is None:
+        return read.infos, None
+    try:
+        infos, _ = read_safetensors_header(single)
+    except LoadkitError:  # unreadable: from_pretrained fails on it; the index problems say why
+        return read.infos, None
+    return list(infos.values()), single.name
+
+
+def announce_fix(options: InspectOptions, report: InspectReport) -> None:
+    """A suggested fix names the other loaders it does not apply to, and is announced as an
+    audit event (``sys.audit``, for whoever listens: the test suite pastes every suggestion it
+    sees) with the report and its call."""
+    if report.fix is None:
+        return
+    if report.selected_loaders:
+        report.fix.other_loaders = tuple(n for n in report.selected_loaders if n != "vllm")
+    call = {
+        "checkpoint": options.checkpoint,
+        "model": options.model,
+        "rules": options.rules,
+        "model_args": options.model_args,
+        "timeout": options.timeout,
+        "loader": options.loader,
+    }
+    sys.audit("loadkit.inspect.suggested_fix", report, call)

@@ -1,0 +1,184 @@
+"""One verdict per loader: ``vllm`` and, for a model built from a transformers class,
+``transformers``.
+
+A checkpoint "loads" only with respect to a loader:
+
+- ``vllm``: the model's own loading code as loadkit re-implements vLLM 0.28.0's (for ``--model
+  hf``, vLLM's Transformers modeling backend: its derived mapper, ``AutoWeightsLoader`` and the
+  wrapper's skip rules); the report's ``load`` section is this loader's;
+- ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
+  header-only by ``loadkit_inspect.simulate.from_pretrained``.
+
+Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
+shapes, make both loaders raise (both read every tensor of every listed file): each column says
+what it raises (``index_raises``). This module is torch-free: the records and the text only.
+
+>>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
+>>> headline([LoaderVerdict("transformers", True, []), v])
+'transformers: would load cleanly | vllm: would NOT load (1 unexpected: final_logits_bias)'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from loadkit.errors import LoadkitError
+from loadkit.fmt import plural
+
+if TYPE_CHECKING:
+    from loadkit_inspect.report.records import LoadReport
+    from loadkit_inspect.report.summary import CheckpointSummary
+    from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.tensor_parallel.plan import TPReport
+
+VLLM = "vllm"
+TRANSFORMERS = "transformers"
+ALL = "all"
+LOADER_CHOICES = (ALL, VLLM, TRANSFORMERS)
+SHOWN = 3  # names shown per kind of problem in the headline
+
+
+class LoaderVerdict(NamedTuple):
+    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases)."""
+
+    loader: str
+    clean: bool
+    problems: list[str]
+
+    def phrase(self) -> str:
+        if self.clean:
+            return f"{self.loader}: would load cleanly"
+        return f"{self.loader}: would NOT load ({'; '.join(self.problems)})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
+
+
+def _names(kind: str, names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+    return f"{len(names)} {kind}: {shown}"
+
+
+def _shards(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]:
+    """What ``loader`` raises for the index problems that stop the load (``[]`` when none
+    does). Both raise for a shard they cannot open: vLLM 0.28.0 ``FileNotFoundError`` for a
+    listed file that is missing (weight_utils.py:594), the safetensors library a
+    ``SafetensorError`` for a file it cannot read. A key stored twice with two shapes fails
+    vLLM's size assertion on one copy (weight_utils.py:1231); transformers checks only the last
+    copy, which the checkpoint keeps, so its own simulation decides."""
+    failing = checkpoint.failing
+    if loader == TRANSFORMERS:
+        failing = [p for p in failing if p.kind != "in two shards"]
+    out = []
+    missing = sorted({p.listed for p in failing if p.kind == "missing shard" and p.listed})
+    if missing:
+        out.append(f"raises FileNotFoundError: listed shard {_shards(missing)} missing")
+    unreadable = sorted({p.listed or "" for p in failing if p.kind == "unreadable shard"})
+    if unreadable:
+        out.append(f"raises SafetensorError: shard {_shards(unreadable)} cannot be read")
+    twice = [p.key for p in failing if p.kind == "in two shards" and p.key]
+    if twice:
+        out.append(f"raises: {_names('key stored twice with two shapes', twice)}")
+    others = [p for p in failing if p.kind not in ("missing shard", "unreadable shard")]
+    others = [p for p in others if p.kind != "in two shards"]
+    if others:
+        out.append(f"{plural(len(others), 'index problem')} ({others[0].kind})")
+    return out
+
+
+def _strict(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
+    """With ``strict_index``, the inconsistencies fail every loader alike."""
+    m = len(checkpoint.inconsistent)
+    if not (strict_index and m):
+        return []
+    return [f"{plural(m, 'index inconsistency', 'index inconsistencies')} under --strict-index"]
+
+
+def vllm_verdict(
+    load: LoadReport,
+    checkpoint: CheckpointSummary,
+    *,
+    tp: TPReport | None = None,
+    strict_index: bool = False,
+) -> LoaderVerdict:
+    """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
+    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
+    checks ``tp`` before it builds the model and the index before it loads a weight: what
+    raises first is all it says."""
+    problems = tp.problems() if tp is not None else []
+    raised = index_raises(checkpoint)
+    if problems or raised:
+        return LoaderVerdict(VLLM, False, problems + raised)
+    problems = _strict(checkpoint, strict_index)
+    if load.unexpected:
+        problems.append(_names("unexpected", [u.name for u in load.unexpected]))
+    if load.failing_missing:
+        problems.append(_names("missing", [m.name for m in load.failing_missing]))
+    if load.shape_mismatches:
+        problems.append(_names("mismatched", [s.param or s.name for s in load.shape_mismatches]))
+    # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
+    counted = ("unexpected", "shape mismatch", "never filled")
+    problems += [p for p in load.problems() if not any(c in p for c in counted)]
+    clean = load.clean and not problems
+    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
+
+
+def transformers_verdict(
+    result: FromPretrained, checkpoint: CheckpointSummary, *, strict_index: bool = False
+) -> LoaderVerdict:
+    """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
+    index (a shard it cannot open makes it raise before it reports any list)."""
+    # reading a model.safetensors beside the index, it never opens the shards
+    raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
+    if raised:
+        return LoaderVerdict(TRANSFORMERS, False, raised)
+    problems = _strict(checkpoint, strict_index)
+    if result.unexpected:
+        problems.append(_names("unexpected", list(result.unexpected)))
+    if result.missing:
+        problems.append(_names("missing", list(result.missing)))
+    if result.mismatched:
+        kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
+        problems.append(_names(kind, [m.name for m in result.mismatched]))
+    problems += list(result.errors)
+    if result.reads and problems:
+        problems.insert(0, f"reads {result.reads}, not the index")
+    return LoaderVerdict(TRANSFORMERS, not problems, problems)
+
+
+def headline(verdicts: list[LoaderVerdict]) -> str:
+    """The report's first line: every selected loader's verdict, side by side."""
+    return " | ".join(v.phrase() for v in verdicts)
+
+
+def select_loaders(choice: str, available: tuple[str, ...]) -> tuple[str, ...]:
+    """The loaders ``--loader choice`` selects among those the model has.
+
+    >>> select_loaders("all", ("transformers", "vllm")), select_loaders("vllm", ("vllm",))
+    (('transformers', 'vllm'), ('vllm',))
+    >>> select_loaders("transformers", ("vllm",))  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    loadkit.errors.LoadkitError: --loader transformers: ...
+    """
+    if choice == ALL:
+        return available
+    if choice not in LOADER_CHOICES:
+        raise LoadkitError(f"--loader {choice!r}: choose from {', '.join(LOADER_CHOICES)}")
+    if choice not in available:
+        raise LoadkitError(
+            f"--loader {choice}: this model loads only with {', '.join(available)} (the "
+            "transformers loader is for models built from a transformers class: --model hf)"
+        )
+    return (choice,)
+
+
+def available_loaders(module: Any) -> tuple[str, ...]:
+    """``("transformers", "vllm")`` for a model built from a transformers class (``--model hf``),
+    else ``("vllm",)``."""
+    from loadkit.models.transformers.base import Base
+
+    return (TRANSFORMERS, VLLM) if isinstance(module, Base) else (VLLM,)

@@ -1,0 +1,185 @@
+"""``InspectReport``: what ``inspect_checkpoint`` returns, its ``--json`` document and its text.
+
+Its sections are the pipeline's records (``loadkit_inspect.inspector``): ``checkpoint``
+(headers), ``mapper`` (every name traced through the rules), and with a model ``model``,
+``probe``, ``load``, ``fix`` and ``tensor_parallel``. Torch-free: the header-only path builds one.
+"""
+
+from __future__ import annotations
+
+import json
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+from loadkit.fmt import plural
+from loadkit_inspect.report.layout import LayoutNode, build_layout
+from loadkit_inspect.report.render import render_report
+from loadkit_inspect.report.summary import CheckpointSummary
+
+if TYPE_CHECKING:
+    from loadkit.pooling.probe import ProbeRecord
+    from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
+    from loadkit_inspect.loaders import LoaderVerdict
+    from loadkit_inspect.mapper_trace import MapperReport
+    from loadkit_inspect.report.records import LoadReport, ModelSummary
+    from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.tensor_parallel.plan import TPReport
+
+SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
+# A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
+_ITEM = attrgetter("name", "nbytes", "dtype", "shape")
+
+
+def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
+    return {
+        "hit": v.hit,
+        "prefix": v.prefix,
+        "hit_index": v.hit_index,
+        "hit_key": v.hit_key,
+        "clones": v.clones,
+        "cloned_bytes": v.cloned_bytes,
+        "total_keys": v.forwarded,
+        "total_bytes": v.forwarded_bytes,
+    }
+
+
+class InspectReport:
+    """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
+    ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
+    ``--json`` document."""
+
+    def __init__(
+        self,
+        checkpoint: CheckpointSummary,
+        mapper: MapperReport | None = None,
+        model: ModelSummary | None = None,
+        probe: dict[str, ProbeRecord] | None = None,
+        load: LoadReport | None = None,
+        tensor_parallel: TPReport | None = None,
+        fix: SuggestedFix | None = None,
+        strict_index: bool = False,
+        loaders: dict[str, LoaderVerdict] | None = None,
+        selected_loaders: tuple[str, ...] = ("vllm",),
+        from_pretrained: FromPretrained | None = None,
+        not_offered: NotOffered | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.mapper = mapper
+        self.model = model
+        self.probe = probe
+        self.load = load
+        self.tensor_parallel = tensor_parallel
+        self.fix = fix  # mapper rules that fix a systematic mismatch, proven
+        self.strict_index = strict_index  # an inconsistent index fails (exit 1)
+        # One verdict per loader ("vllm", and "transformers" for --model hf), those selected by
+        # --loader deciding ``clean``; ``from_pretrained``: the transformers loader's lists.
+        self.loaders = loaders
+        self.selected_loaders = selected_loaders
+        self.from_pretrained = from_pretrained
+        # Rules the suggester considered and refused when it offers no fix (with a fix, its
+        # own ``rejected`` holds them).
+        self.not_offered = not_offered
+        self._layouts: dict[bool, LayoutNode] = {}  # built on first use
+
+    def __repr__(self) -> str:
+        c = self.checkpoint
+        return f"<InspectReport {c.path}: {len(c.tensors)} tensors, clean={self.clean}>"
+
+    def _layout(self, fold: bool) -> LayoutNode:
+        if fold not in self._layouts:
+            items = map(_ITEM, self.checkpoint.tensors)
+            self._layouts[fold] = build_layout(items, fold=fold)
+        return self._layouts[fold]
+
+    @property
+    def layout(self) -> LayoutNode:
+        """The key tree, one node per dotted prefix (built on first use)."""
+        return self._layout(False)
+
+    @property
+    def folded_layout(self) -> LayoutNode:
+        """The key tree with numbered siblings merged (``layers.{0-27}``): the report's view."""
+        return self._layout(True)
+
+    @property
+    def clean(self) -> bool | None:
+        """Would every selected loader load the checkpoint cleanly, ``--tp`` and
+        ``--strict-index`` included? ``False`` exactly when ``exit_status`` is 1; ``None``
+        without a model (``load.clean`` is the dry load's alone)."""
+        if self.load is None:
+            return None
+        if self.loaders:
+            return all(self.loaders[n].clean for n in self.selected_loaders)
+        tp_ok = self.tensor_parallel is None or self.tensor_parallel.ok
+        return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
+
+    @property
+    def _strict_fails(self) -> bool:
+        return self.strict_index and bool(self.checkpoint.inconsistent)
+
+    @property
+    def exit_status(self) -> int:
+        """0: loads cleanly by every selected loader (or, without a model, every tensor the
+        index names can be read), an inconsistent index included (a key in another shard than
+        it says, one it does not list, a wrong ``total_size``); 1: it would not (``clean`` is
+        ``False``: a loader's problem, a tensor that cannot be read, with ``strict_index`` an
+        inconsistent index, with ``tp`` vLLM's refusal or a rank that cannot hold it)."""
+        if self.clean is None:
+            return 1 if self.checkpoint.failing or self._strict_fails else 0
+        return 0 if self.clean else 1
+
+    def problems(self) -> list[str]:
+        """Short descriptions of what keeps the checkpoint from loading cleanly: with several
+        selected loaders each one's verdict, named; else the index's, the load's and (for
+        ``vllm``) what ``--tp`` found."""
+        if self.loaders and len(self.selected_loaders) > 1:
+            chosen = [self.loaders[n] for n in self.selected_loaders]
+            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
+        out = []
+        if self.checkpoint.failing:
+            n = len(self.checkpoint.failing)
+            out.append(
+                f"{plural(n, 'index problem')} that {'stops' if n == 1 else 'stop'} the load"
+            )
+        if self._strict_fails:
+            n = len(self.checkpoint.inconsistent)
+            out.append(
+                f"{plural(n, 'index inconsistency', 'index inconsistencies')} under --strict-index"
+            )
+        if self.load is not None and "vllm" in self.selected_loaders:
+            out += self.load.problems()
+            out += self.tensor_parallel.problems() if self.tensor_parallel is not None else []
+        if self.from_pretrained is not None and "transformers" in self.selected_loaders:
+            out += self.from_pretrained.problems()
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "checkpoint": self.checkpoint.as_dict(),
+            "layout": self.folded_layout.as_dict(),
+            "mapper": self.mapper.as_dict() if self.mapper else None,
+            "model": self.model.as_dict() if self.model else None,
+            "probe": {b: _probe_dict(v) for b, v in self.probe.items()} if self.probe else None,
+            "load": self.load.as_dict() if self.load else None,
+            "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
+            "suggested_fix": self.fix.as_dict() if self.fix else None,
+            "not_offered": self.not_offered.as_list() if self.not_offered else [],
+            "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
+            "selected_loaders": list(self.selected_loaders),
+            "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,
+            "clean": self.clean,
+            "exit_status": self.exit_status,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """One JSON document; one line by default (json's C encoder: indenting runs in Python
+        and costs more than the whole header parse of a 2000-name checkpoint)."""
+        return json.dumps(self.as_dict(), indent=indent)
+
+    def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
+        """The report as text: the sections in order, each list capped at ``limit`` rows."""
+        return render_report(self, limit=limit, max_depth=max_depth)
+
+    def __str__(self) -> str:
+        return self.render()

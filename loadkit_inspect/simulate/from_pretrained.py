@@ -1,0 +1,307 @@
+"""The ``transformers`` loader's verdict: what ``PreTrainedModel.from_pretrained`` would report.
+
+Header-only. transformers builds the class on the meta device (its own init context, as
+``from_pretrained`` does), the checkpoint becomes meta tensors of its shapes and dtypes, and
+transformers' own loading functions run on them, unchanged:
+
+- ``get_model_conversion_mapping(model)``: its key renamings and conversions (``WeightRenaming``,
+  ``WeightConverter``: fused or split tensors, legacy names such as ``LayerNorm.gamma``);
+- ``PreTrainedModel._load_pretrained_model``: the key matching of
+  ``convert_and_load_state_dict_in_model`` (base-model prefix added or stripped, each converter's
+  operations run on meta tensors, shape mismatches recorded);
+- of ``PreTrainedModel._finalize_model_loading``, the three steps that change the lists:
+  ``mark_tied_weights_as_initialized``, ``tie_weights(missing_keys=...)`` (tied weights not
+  required), ``_adjust_missing_and_unexpected_keys`` (``_keys_to_ignore_on_load_missing`` /
+  ``_unexpected``, and the ``inv_freq`` / ``position_ids`` buffers older checkpoints saved).
+  The two it leaves out only give missing weights storage and initial values.
+
+Steps loadkit does itself, each pinned by ``tests/tool/test_hf_oracle.py`` against
+``from_pretrained(..., output_loading_info=True)`` (34 architectures, 16 mutations):
+
+- which class loads: ``config.architectures[0]`` from the ``transformers`` namespace, else the
+  class ``AutoModel`` maps the config to (a user may name another: ``cls=``);
+- the tensors are meta tensors kept on meta (``device_map={"": "meta"}``): nothing is read or
+  allocated, so missing weights are left uninitialised (their values are not part of a verdict);
+- the verdict: transformers raises when there are loading errors, conversion errors, or shape
+  mismatches without ``ignore_mismatched_sizes`` (``log_state_dict_report``); the same conditions
+  are checked here on the final lists, without the report's logging;
+- transformers' logging and progress bars are turned down while it runs and restored after (they
+  would print its own report around loadkit's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from loadkit.checkpoint.reader import TensorInfo
+from loadkit.errors import ModelSpecError
+from loadkit.loading.meta import meta_tensor
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    from loadkit_inspect.options import LoadRules
+
+TRANSFORMERS = "transformers"
+
+
+class Mismatch(NamedTuple):
+    """A parameter whose checkpoint tensor has another shape (transformers' names)."""
+
+    name: str
+    checkpoint_shape: tuple[int, ...]
+    model_shape: tuple[int, ...]
+
+
+class FromPretrained(NamedTuple):
+    """What ``from_pretrained`` would report for a checkpoint, in transformers' own names.
+
+    ``missing``: model parameters and buffers no checkpoint key fills (tied ones and ignored
+    patterns left out, as transformers leaves them out); ``unexpected``: checkpoint keys (after
+    its renamings) that fill nothing; ``mismatched``: loaded keys of another shape; ``errors``:
+    what makes ``from_pretrained`` raise besides mismatches (conversion errors).
+    """
+
+    cls: str
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    mismatched: tuple[Mismatch, ...]
+    errors: tuple[str, ...]
+    ignore_mismatched_sizes: bool
+    renamed: dict[str, str]  # checkpoint key -> the name transformers gave it, where it renamed
+    transformers_version: str
+    allowed: tuple[str, ...] = ()  # missing tensors that --allow-missing lets stay unfilled
+    ignored: tuple[str, ...] = ()  # unexpected keys that --skip-prefix and the ignore rules take
+    # the file it reads instead of the index's shards (a model.safetensors beside the index)
+    reads: str | None = None
+
+    def under(self, rules: LoadRules) -> FromPretrained:
+        """The lists with the user's load rules applied, as transformers applies a class's own
+        ignore patterns: a missing tensor ``--allow-missing`` allows, an unexpected key that
+        ``--skip-prefix`` or an ``--ignore-unexpected-*`` rule takes (by its transformers name or
+        its checkpoint name) is no problem, and is listed as such.
+
+        >>> from loadkit_inspect.options import LoadRules
+        >>> fp = FromPretrained("BertModel", ("pooler.bias",), ("cls.w",), (), (), False, {}, "5")
+        >>> ruled = fp.under(LoadRules(allow_missing=("pooler.*",), skip_prefixes=("cls.",)))
+        >>> ruled.missing, ruled.unexpected, ruled.allowed, ruled.ignored, ruled.clean
+        ((), (), ('pooler.bias',), ('cls.w',), True)
+        """
+        original = {v: k for k, v in self.renamed.items()}
+
+        def taken(name: str) -> bool:
+            key = original.get(name, name)
+            return bool(rules.skipped(key) or rules.skipped(name) or rules.ignored(key, name))
+
+        return self._replace(
+            missing=tuple(m for m in self.missing if not rules.allowed(m)),
+            unexpected=tuple(u for u in self.unexpected if not taken(u)),
+            allowed=tuple(m for m in self.missing if rules.allowed(m)),
+            ignored=tuple(u for u in self.unexpected if taken(u)),
+        )
+
+    @property
+    def clean(self) -> bool:
+        """Would ``from_pretrained`` load every weight without error, warning or leftover?"""
+        return not (self.missing or self.unexpected or self.mismatched or self.errors)
+
+    @property
+    def raises(self) -> bool:
+        """Would ``from_pretrained`` raise (rather than warn and initialise what is missing)?"""
+        return bool(self.errors) or (bool(self.mismatched) and not self.ignore_mismatched_sizes)
+
+    def problems(self) -> list[str]:
+        out = []
+        for what, items in (
+            ("missing", self.missing),
+            ("unexpected", self.unexpected),
+            ("mismatched", [m.name for m in self.mismatched]),
+        ):
+            if items:
+                shown = ", ".join(items[:3]) + (", ..." if len(items) > 3 else "")
+                out.append(f"{len(items)} {what}: {shown}")
+        out += list(self.errors)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "loader": TRANSFORMERS,
+            "class": self.cls,
+            "clean": self.clean,
+            "raises": self.raises,
+            "missing": list(self.missing),
+            "unexpected": list(self.unexpected),
+            "mismatched": [
+                {
+                    "name": m.name,
+                    "checkpoint": list(m.checkpoint_shape),
+                    "model": list(m.model_shape),
+                }
+                for m in self.mismatched
+            ],
+            "errors": list(self.errors),
+            "ignore_mismatched_sizes": self.ignore_mismatched_sizes,
+            "renamed": dict(self.renamed),
+            "transformers_version": self.transformers_version,
+            "allowed": list(self.allowed),
+            "ignored": list(self.ignored),
+            "reads": self.reads,
+        }
+
+
+def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreTrainedModel]:
+    """The class ``from_pretrained`` is called on: ``cls``, else ``config.architectures[0]``,
+    else the one ``AutoModel`` maps the config to.
+
+    >>> from transformers import BertConfig
+    >>> loading_class(BertConfig(architectures=["BertForMaskedLM"])).__name__
+    'BertForMaskedLM'
+    >>> loading_class(BertConfig()).__name__
+    'BertModel'
+    >>> from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).errors
+    ("transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])",)
+    """
+    import transformers
+
+    name = cls or next(iter(getattr(config, "architectures", None) or []), None)
+    if name is not None:
+        found = getattr(transformers, name, None)
+        if not (isinstance(found, type) and issubclass(found, transformers.PreTrainedModel)):
+            raise ModelSpecError(
+                f"transformers {transformers.__version__} has no model class {name!r}"
+                + ("" if cls else " (the config's architectures[0])")
+            )
+        return found
+    from transformers import AutoModel
+
+    try:
+        found = AutoModel._model_mapping[type(config)]
+    except KeyError:
+        raise ModelSpecError(
+            f"the config names no architecture and AutoModel knows no model for "
+            f"{type(config).__name__}"
+        ) from None
+    return found  # type: ignore[return-value]  # the lazy mapping is typed loosely
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    # Its load report (a warning) and progress bar would print around loadkit's own report:
+    # turned down for this call only, through transformers' public switches, then restored.
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def meta_state_dict(infos: Sequence[TensorInfo]) -> dict[str, torch.Tensor]:
+    """The checkpoint as meta tensors of its shapes and dtypes (nothing read)."""
+    return {i.name: meta_tensor(i) for i in infos}
+
+
+def from_pretrained_verdict(
+    config: PretrainedConfig,
+    infos: Sequence[TensorInfo],
+    *,
+    cls: str | None = None,
+    ignore_mismatched_sizes: bool = False,
+) -> FromPretrained:
+    """What ``cls.from_pretrained`` (default: the config's architecture) would report.
+
+    Example:
+        >>> from transformers import BertConfig
+        >>> from loadkit.checkpoint.reader import TensorInfo
+        >>> cfg = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        ...                  intermediate_size=16, vocab_size=32, architectures=["BertModel"])
+        >>> info = TensorInfo("bert.pooler.dense.bias", "F32", (8,), 32, "m.safetensors", 8)
+        >>> v = from_pretrained_verdict(cfg, [info])
+        >>> v.clean, "pooler.dense.bias" in v.missing, v.unexpected, v.renamed
+        (False, False, (), {'bert.pooler.dense.bias': 'pooler.dense.bias'})
+    """
+    import transformers
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.modeling_utils import LoadStateDictConfig
+    from transformers.utils.generic import ContextManagers
+
+    def refused(name: str, why: str) -> FromPretrained:
+        # from_pretrained itself would stop here: the verdict says why, for this loader only.
+        return FromPretrained(
+            name, (), (), (), (why,), ignore_mismatched_sizes, {}, transformers.__version__
+        )
+
+    try:
+        klass = loading_class(config, cls)
+    except ModelSpecError as exc:
+        return refused(cls or "?", str(exc))
+    config = copy.deepcopy(config)  # from_pretrained copies it too
+    dtype = torch.float32  # the dtype changes casts, never which key goes where
+    with _quiet_transformers():
+        try:
+            with ContextManagers(klass.get_init_context(dtype, False, False, None)):
+                model = klass(config)
+        except Exception as exc:  # transformers validates the config for the class
+            from loadkit.models.transformers.config import one_line
+
+            return refused(klass.__name__, f"{klass.__name__}(config) fails: {one_line(exc)}")
+        conversions = get_model_conversion_mapping(model)
+        load_config = LoadStateDictConfig(
+            ignore_mismatched_sizes=ignore_mismatched_sizes,
+            device_map={"": "meta"},
+            dtype=dtype,
+            dtype_plan=model._get_dtype_plan(dtype),
+            weight_mapping=conversions,  # type: ignore[arg-type]  # its own function's list
+        )
+        state = meta_state_dict(infos)
+        info, _ = klass._load_pretrained_model(model, state, None, load_config)
+        model.mark_tied_weights_as_initialized(info)
+        model.tie_weights(missing_keys=info.missing_keys, recompute_mapping=False)
+        model._adjust_missing_and_unexpected_keys(info)
+        renamed = _renamed(model, state, conversions)
+    return _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
+
+
+def _verdict(
+    cls: str, info: Any, ignore_mismatched_sizes: bool, renamed: dict[str, str]
+) -> FromPretrained:
+    """``_load_pretrained_model``'s loading info as a ``FromPretrained``."""
+    import transformers
+
+    errors = [*info.error_msgs, *(f"{k}: {v}" for k, v in sorted(info.conversion_errors.items()))]
+    return FromPretrained(
+        cls,
+        tuple(sorted(info.missing_keys)),
+        tuple(sorted(info.unexpected_keys)),
+        tuple(sorted(Mismatch(n, tuple(c), tuple(m)) for n, c, m in info.mismatched_keys)),
+        tuple(errors),
+        ignore_mismatched_sizes,
+        renamed,
+        transformers.__version__,
+    )
+
+
+def _renamed(model: Any, state: Mapping[str, Any], conversions: Sequence[Any]) -> dict[str, str]:
+    """Which name transformers gave each key (the report shows renamed keys by both names)."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
+    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    expected = model.state_dict()
+    renamed = {}
+    for key in state:
+        new, _ = rename_source_key(key, renamings, converters, model.base_model_prefix, expected)
+        if new != key:
+            renamed[key] = new
+    return renamed

@@ -1,0 +1,105 @@
+"""One verdict per loader: the report's first line, ``--loader``, the exit status and the JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hf_cases import ARCHS, m_wrapper_prefix, read_tensors, write_variant
+from repo_paths import DATA
+
+from loadkit.errors import LoadkitError
+from loadkit_inspect import inspect_checkpoint
+from loadkit_inspect.cli.main import main
+
+# Untouched checkpoints transformers loads and vLLM's backend refuses (docs/fidelity.md), with the
+# first line inspect prints for each.
+REFUSED_BY_VLLM = {
+    "bart": "vllm: would NOT load (1 unexpected: final_logits_bias)",
+    "mbart": "vllm: would NOT load (1 unexpected: final_logits_bias)",
+    "deberta-v2": "vllm: would NOT load (1 missing: model.embeddings.position_embeddings.weight)",
+    "electra": "vllm: would NOT load (2 missing: model.embeddings_project.weight, "
+    "model.embeddings_project.bias)",
+    "distilbert-cls": "vllm: would NOT load (2 unexpected: pre_classifier.bias, "
+    "pre_classifier.weight)",
+    "llama-cls": "vllm: would NOT load (1 unexpected: score.weight; 1 missing: classifier.weight)",
+}
+
+
+@pytest.mark.parametrize("arch", sorted(REFUSED_BY_VLLM))
+def test_the_first_lines_say_which_loader_loads_it(arch, hf_clean):
+    report = inspect_checkpoint(hf_clean(arch), model="hf")
+    first = report.render().split("\n\n")[0].splitlines()
+    joined = " | ".join(first)
+    assert joined == f"transformers: would load cleanly | {REFUSED_BY_VLLM[arch]}"
+    assert report.loaders is not None
+    assert report.loaders["transformers"].clean and not report.loaders["vllm"].clean
+    assert (report.clean, report.exit_status) == (False, 1)
+    # Each loader alone decides the exit status when selected.
+    only_tf = inspect_checkpoint(hf_clean(arch), model="hf", loader="transformers")
+    assert (only_tf.clean, only_tf.exit_status) == (True, 0)
+    assert only_tf.render().splitlines()[-1] == "verdict: transformers: would load cleanly (exit 0)"
+    only_vllm = inspect_checkpoint(hf_clean(arch), model="hf", loader="vllm")
+    assert only_vllm.exit_status == 1 and only_vllm.from_pretrained is None
+
+
+def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_path):
+    """The issue's example: a BertModel checkpoint with ``model.`` before every key."""
+    clean = hf_clean("bert")
+    tensors = m_wrapper_prefix(ARCHS["bert"], read_tensors(clean))
+    folder = write_variant(clean, tensors, tmp_path / "prefixed")
+    report = inspect_checkpoint(folder, model="hf")
+    assert report.loaders is not None and report.from_pretrained is not None
+    assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
+    fp = report.from_pretrained
+    assert set(fp.unexpected) == set(tensors) and len(fp.missing) == len(tensors)
+    assert report.exit_status == 1
+    assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0
+
+
+def test_json_has_both_columns(hf_clean, capsys):
+    assert main(["inspect", str(hf_clean("bart")), "--model", "hf", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == 6 and doc["selected_loaders"] == ["transformers", "vllm"]
+    assert doc["loaders"]["transformers"] == {
+        "loader": "transformers",
+        "clean": True,
+        "problems": [],
+    }
+    assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias"]
+    assert doc["transformers"]["class"] == "BartForConditionalGeneration"
+    assert doc["transformers"]["missing"] == [] and doc["clean"] is False
+
+
+def test_a_built_in_model_has_only_the_vllm_loader(capsys):
+    path = DATA / "plamo2" / "untied.safetensors"
+    report = inspect_checkpoint(path, model="plamo2")
+    assert report.loaders is not None and list(report.loaders) == ["vllm"]
+    assert not report.render().startswith("vllm:")  # one loader: no side-by-side line
+    with pytest.raises(LoadkitError, match="--loader transformers: this model loads only"):
+        inspect_checkpoint(path, model="plamo2", loader="transformers")
+    assert main(["inspect", str(path), "--model", "plamo2", "--loader", "transformers"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_path):
+    """Remote-code checkpoints name a class transformers does not have: vLLM's backend still
+    builds the model from its model_type, from_pretrained would stop; the report says both."""
+    folder = tmp_path / "custom"
+    shutil.copytree(hf_clean("llama"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["MyLlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    report = inspect_checkpoint(folder, model="hf")
+    assert report.loaders is not None
+    assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
+    import transformers
+
+    assert report.loaders["transformers"].problems == [
+        f"transformers {transformers.__version__} has no model class 'MyLlamaForCausalLM' (the "
+        "config's architectures[0])"
+    ]
+    assert report.exit_status == 1
+    assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0

@@ -193,6 +193,37 @@ def run_tensor_parallel(
     >>> runs[0].raise_for_errors().logits.shape  # doctest: +SKIP
     (8, 100)
     """
+    spec = _launch_spec(
+        checkpoint,
+        tp,
+        jobs,
+        model=model,
+        input_ids=input_ids,
+        collective_timeout=collective_timeout,
+        track_rows=track_rows,
+        fault=fault,
+        backend=backend,
+        threads=threads,
+    )
+    # A tp that cannot work fails here, before any process.
+    check_tensor_parallel(spec.checkpoints[0], tp, model)
+    return _launch(spec, timeout=timeout, progress=progress, start_method=start_method)
+
+
+def _launch_spec(
+    checkpoint: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    tp: int,
+    jobs: Sequence[Job] | None,
+    *,
+    model: ModelFactory,
+    input_ids: Sequence[int],
+    collective_timeout: float,
+    track_rows: bool,
+    fault: Fault | None,
+    backend: str,
+    threads: int,
+) -> LaunchSpec:
+    """What every rank process is given, the arguments checked."""
     if tp < 1:
         raise TensorParallelError(f"tp must be at least 1, not {tp}")
     paths = (
@@ -205,9 +236,7 @@ def run_tensor_parallel(
     jobs = list(jobs) if jobs is not None else [Job()]
     if not jobs:
         raise TensorParallelError("no jobs to run")
-    # A tp that cannot work fails here, before any process.
-    check_tensor_parallel(paths[0], tp, model)
-    spec = LaunchSpec(
+    return LaunchSpec(
         checkpoints=tuple(paths),
         tp=tp,
         jobs=tuple(jobs),
@@ -219,9 +248,19 @@ def run_tensor_parallel(
         threads=threads,
         fault=fault,
     )
+
+
+def _launch(spec: LaunchSpec, *, timeout: float, progress: bool, start_method: str) -> list[TPRun]:
+    """Start the rank processes, watch them to the end, and collect one ``TPRun`` per job."""
+    tp, first = spec.tp, spec.checkpoints[0]
     # The launcher owns the rendezvous store: bound to port 0 on loopback, a free port per run.
     store = dist.TCPStore(
-        "127.0.0.1", 0, None, True, timedelta(seconds=collective_timeout), wait_for_workers=False
+        "127.0.0.1",
+        0,
+        None,
+        True,
+        timedelta(seconds=spec.collective_timeout),
+        wait_for_workers=False,
     )
     ctx = _context(start_method)
     results_queue = ctx.Queue()
@@ -235,7 +274,7 @@ def run_tensor_parallel(
         for r in range(tp)
     ]
     watch = _Watch(procs, spec)
-    bars = _Bars(spec, open_checkpoint(paths[0]).total_bytes) if progress else None
+    bars = _Bars(spec, open_checkpoint(first).total_bytes) if progress else None
     try:
         for p in procs:
             p.start()
@@ -247,7 +286,7 @@ def run_tensor_parallel(
             bars.close()
         results_queue.close()
     _raise_if_none_reported(watch)
-    return _collect(watch, paths[0])
+    return _collect(watch, first)
 
 
 def _raise_if_none_reported(watch: _Watch) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
-from loadkit.errors import LoadkitError
+from loadkit.errors import LoadkitError, require_torch
 from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
 from loadkit_inspect.progress import Progress
 from loadkit_inspect.report.report import InspectReport
@@ -267,6 +267,7 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
 
     ck, model = read.checkpoint, options.model
     assert model is not None  # inspect() stops before this step without a model
+    require_torch("--model (the load is simulated with torch on the meta device)")
     module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary

@@ -127,7 +127,7 @@ class InspectReport:
         ``vllm``) what ``--tp`` found."""
         if self.loaders and len(self.selected_loaders) > 1:
             chosen = [self.loaders[n] for n in self.selected_loaders]
-            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
+            return [f"{v.label}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
@@ -257,7 +257,8 @@ class InspectReport:
             ]
         if head is not None or self.clean:  # each loader's column says its own problems
             return self._loads(head, index)
-        lines = [f"verdict: would NOT load: {joined_problems(self.problems())} (exit 1)"]
+        label = self._label()
+        lines = [f"verdict: {label}would NOT load: {joined_problems(self.problems())} (exit 1)"]
         if self.fix is not None and self.fix.proven:
             lines.append("         (it would load cleanly with the suggested fix, at the top)")
         return lines
@@ -277,13 +278,19 @@ class InspectReport:
                 "no rank simulated)"
             )
         if head is None:
-            return [f"verdict: would load cleanly{where}{index} (exit 0)"]
+            return [f"verdict: {self._label()}would load cleanly{where}{index} (exit 0)"]
         status = f"(exit {0 if self.clean else 1})"
         said = f"{where}{index}".removeprefix("; ").strip()
         if "\n" in head:  # one loader a line, under the word "verdict"
             rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
             return ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
         return [f"verdict: {head}{where}{index} {status}"]
+
+    def _label(self) -> str:
+        """The one selected loader and its version, before its verdict: ``vllm 0.34.0: ``."""
+        if self.loaders and len(self.selected_loaders) == 1:
+            return f"{self.loaders[self.selected_loaders[0]].label}: "
+        return ""
 
     def __str__(self) -> str:
         return self.render()

@@ -182,8 +182,11 @@ def run_tensor_parallel(
     (``loadkit.executor.results.ModelFactory``).
 
     ``checkpoint`` may be one path per rank (a rank whose copy lacks a shard then fails with
-    the file named). ``timeout`` bounds the whole call; ``collective_timeout`` bounds each wait
-    for the other ranks. ``progress`` shows a bar per rank (bytes streamed) for long loads.
+    the file named). A rank's failure is in its ``RankResult``; a launch in which every rank
+    died before reporting anything raises ``TensorParallelError`` (in a script, call this under
+    ``if __name__ == "__main__":``: the rank processes import the script). ``timeout`` bounds
+    the whole call; ``collective_timeout`` bounds each wait for the other ranks. ``progress``
+    shows a bar per rank (bytes streamed) for long loads.
 
     >>> from loadkit.models.llama import model_from_checkpoint as llama
     >>> runs = run_tensor_parallel("ckpt.safetensors", 2, model=llama)  # doctest: +SKIP
@@ -282,7 +285,24 @@ def _launch(spec: LaunchSpec, *, timeout: float, progress: bool, start_method: s
             bars.update(store, _current_job(watch))
             bars.close()
         results_queue.close()
+    _raise_if_none_reported(watch)
     return _collect(watch, first)
+
+
+def _raise_if_none_reported(watch: _Watch) -> None:
+    """Every rank died before reporting anything: nothing was loaded, and a list of dead ranks
+    handed back would read as results. The usual cause is a script without the main guard: each
+    rank imports the script (spawn, forkserver) and runs the launch again, which fails."""
+    if watch.results or watch.fatal:
+        return
+    if any(watch.gone.get(r, ("",))[0] != "died" for r in range(watch.spec.tp)):
+        return
+    deaths = "; ".join(f"rank {r}: {watch.gone[r][1]}" for r in range(watch.spec.tp))
+    raise TensorParallelError(
+        f"every rank died before reporting ({deaths}); their errors are above. A script that "
+        'calls run_tensor_parallel must call it under `if __name__ == "__main__":`: each rank '
+        "process imports the script"
+    )
 
 
 def _supervise(watch: _Watch, q: Any, store: Any, bars: _Bars | None, timeout: float) -> None:

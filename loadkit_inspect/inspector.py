@@ -36,7 +36,7 @@ from loadkit.checkpoint import (
     read_safetensors_header,
     single_file_beside_index,
 )
-from loadkit.errors import LoadkitError
+from loadkit.errors import LoadkitError, require_torch
 from loadkit_inspect.inspect_report import InspectReport
 from loadkit_inspect.options import LoadRules, pattern_problem
 from loadkit_inspect.progress import Progress
@@ -264,6 +264,7 @@ def build(
     from loadkit_inspect.models.registry import build_model
 
     ck = read.checkpoint
+    require_torch("--model (the load is simulated with torch on the meta device)")
     module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary

@@ -4,6 +4,10 @@
 one layer (materialise, replay, copy back).
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.reload.layerwise import (
     ExcessiveLoadWarning,
     PartialLayerWarning,

@@ -52,7 +52,8 @@ class LoadObserver:
         self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
     ) -> WeightsMapper | None:
         """An ``AutoWeightsLoader`` starts a load with ``mapper``; returns the mapper to use. The
-        observer may also add rules to this loader's own lists (``loader.skip_prefixes``...)."""
+        observer may also add rules to this loader's own lists
+        (``loader.ignore_unexpected_prefixes``...)."""
         return mapper
 
     def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:

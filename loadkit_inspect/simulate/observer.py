@@ -90,18 +90,18 @@ class DryLoadObserver(LoadObserver):
             elif self.extend is not None:  # each stage: the loader's rules, then these
                 mapper = self.extend if mapper is None else mapper | self.extend
             self.used.append(mapper)
-            # The user's rules join the root loader's own, on this loader instance only.
-            loader.skip_prefixes += self.rules.skip_prefixes
+            # The user's rules join the root loader's own, on this loader instance only (the
+            # skip prefixes are the observer's own: skipped below).
             loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
             loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
         return mapper
 
     def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
-        # The user's skip prefixes also match the checkpoint's own spelling of a key (the
-        # loader tests the name after its mapper), at the root loader only, as its other rules.
+        # The user's skip prefixes match the name after the mapper and the checkpoint's own
+        # spelling of a key, at the root loader only, as its other rules.
         if loader.module is not self.root or not self.rules.skip_prefixes:
             return None
-        return self.rules.skipped(self._key_of.get(id(entry), entry.name))
+        return self.rules.skipped(self._key_of.get(id(entry), entry.name), entry.mapped)
 
     def unexpected(
         self, ledger: LoadLedger, name: str, entries: Sequence[CheckpointEntry], reason: str

@@ -130,21 +130,28 @@ def test_wrapper_without_architecture_override_and_refusals():
         choose_wrapper(vlm)
 
 
-def test_legacy_mixin_skips_for_encoders_only():
+def test_legacy_mixin_drops_for_encoders_only():
+    # vLLM 0.34.0: the drops are rules of the wrapper's mapper (0.28.0: skip lists)
     emb = TransformersEmbeddingModel(config("bert"), device="meta")
     causal = TransformersForCausalLM(config("llama"), device="meta")
-    assert "position_ids" in emb.skip_substrs and "score.bias" in emb.skip_substrs
-    assert "model.predictions." in emb.skip_prefixes
-    assert causal.skip_substrs == [] and causal.skip_prefixes == []
+    assert {"position_ids", "score.bias"} <= {
+        k for k, v in emb.hf_to_vllm_mapper.orig_to_new_substr.items() if v is None
+    }
+    assert emb.hf_to_vllm_mapper.orig_to_new_prefix["model.predictions."] is None
+    assert emb.mapper_rule_origins[("substr", "position_ids")].startswith("LegacyMixin")
+    assert not causal.hf_to_vllm_mapper.orig_to_new_substr
+    assert not causal.hf_to_vllm_mapper.orig_to_new_prefix
 
 
-def test_tied_head_is_the_embedding_and_lm_head_is_skipped():
+def test_tied_head_is_the_embedding_and_lm_head_is_an_alias():
+    from loadkit.loading.tensors import tied_embedding_aliases
+
     m = TransformersForCausalLM(config("gemma"), device="meta")
-    assert m.skip_prefixes == ["lm_head."]
     assert m.lm_head.weight is m.model.embed_tokens.weight
+    assert tied_embedding_aliases(m) == {"lm_head.weight": "model.embed_tokens.weight"}
     untied = TransformersForCausalLM(config("llama"), device="meta")
-    assert untied.skip_prefixes == []
     assert untied.lm_head.weight is not untied.model.embed_tokens.weight
+    assert tied_embedding_aliases(untied) == {}
 
 
 def test_sequence_classification_takes_transformers_classifier():
@@ -235,7 +242,7 @@ def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(hf_clean, tmp
     report = inspect_checkpoint(folder, model="hf")
     assert report.clean, report.render()
     (key,) = [k for k in report.load.keys if k.name == "embeddings.position_ids"]
-    assert (key.status, key.rule) == ("skipped", "skip_substrs 'position_ids'")
+    assert (key.status, key.rule) == ("dropped by mapper", "substr 'position_ids'")
     # the same key in a generative model's checkpoint is unexpected: no legacy skip rule there
     hf_report = inspect_checkpoint(folder, model="hf-causal")
     assert "embeddings.position_ids" in {u.name for u in hf_report.load.unexpected}

@@ -252,10 +252,7 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     for s in fix.suggestions:
         key, tensor = s.pairs[0] if s.pairs else ("", "")
         example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
-        rows.append(
-            f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: {plural(len(s.pairs), 'key')}"
-            f"{example}"
-        )
+        rows.append(f"  {rule_words(s.rule)}: {plural(len(s.pairs), 'key')}{example}")
     lines += _capped(rows, len(rows), limit, "  ")
     lines += _refused(fix.rejected, limit, "  ")
     if not n:
@@ -263,12 +260,22 @@ def _fix(fix: SuggestedFix, limit: int) -> list[str]:
     return lines + _fix_flag(fix, these, limit)
 
 
+def rule_words(rule: Rule) -> str:
+    r"""A suggested rule as its user reads it: the pattern as written, not as JSON or Python
+    escape it (the pasteable ``--mapper`` JSON beside it is escaped).
+
+    >>> from loadkit_inspect.fixes.suggest import Rule
+    >>> print(rule_words(Rule("regex", r"(?<![^.])layer\.1(?=\.|$)", "layer.0")))
+    regex '(?<![^.])layer\.1(?=\.|$)' -> 'layer.0'
+    """
+    from loadkit.mapper import rule_text  # the fix's words only: the header path never needs it
+
+    return f"{rule_text(rule.stage, printable(rule.old))} -> '{printable(rule.new)}'"
+
+
 def _refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
     """One line per rule considered and refused: the rule, and why."""
-    rows = [
-        f"{indent}not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}"
-        for rule, why in rejected
-    ]
+    rows = [f"{indent}not offered: {rule_words(rule)}: {printable(why)}" for rule, why in rejected]
     return _capped(rows, len(rows), limit, indent)
 
 
@@ -489,6 +496,19 @@ def _headline(r: Report) -> str | None:
     return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
 
 
+FIDELITY_POINTER = [
+    "(the loaders disagree: where and why, architecture by architecture, from each loader's code:",
+    ' docs/fidelity.md, "Where the two loaders differ")',
+]
+
+
+def _disagreement(r: Report) -> list[str]:
+    """A pointer to the page that explains, architecture by architecture, why the selected
+    loaders disagree (one loads cleanly, another does not)."""
+    said = {r.loaders[n].clean for n in r.selected_loaders} if r.loaders else set()
+    return FIDELITY_POINTER if said == {True, False} else []
+
+
 def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None) -> list[str]:
     """The ``transformers`` loader's section: what ``from_pretrained`` would report (its
     ``verdict``, the index included, when the report has one)."""
@@ -545,7 +565,7 @@ def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -
     lines: list[str] = []
     head = _headline(r)
     if head is not None:  # which loaders would load it, before anything else
-        lines += [head, ""]
+        lines += [head, *_disagreement(r), ""]
     if r.fix is not None:  # the answer first: the rule that fixes the load
         lines += [*_fix(r.fix, limit), ""]
     elif r.not_offered is not None:  # or the rules considered, and why none is offered

@@ -503,10 +503,14 @@ FIDELITY_POINTER = [
 
 
 def _disagreement(r: Report) -> list[str]:
-    """A pointer to the page that explains, architecture by architecture, why the selected
-    loaders disagree (one loads cleanly, another does not)."""
-    said = {r.loaders[n].clean for n in r.selected_loaders} if r.loaders else set()
-    return FIDELITY_POINTER if said == {True, False} else []
+    """A pointer to the page that explains, architecture by architecture, why the two loads
+    disagree: one loader's load is clean, the other's is not (a refusal of ``--tp`` or of the
+    index is said where it is found, not there)."""
+    both = {"vllm", "transformers"} <= set(r.selected_loaders)
+    tf = (r.loaders or {}).get("transformers")
+    if not both or tf is None or r.load is None or tf.clean == r.load.clean:
+        return []
+    return FIDELITY_POINTER
 
 
 def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None) -> list[str]:

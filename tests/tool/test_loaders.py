@@ -15,7 +15,7 @@ from loadkit.errors import LoadkitError
 from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
-from loadkit_inspect.report.render import FIDELITY_POINTER
+from loadkit_inspect.inspect_report import FIDELITY_POINTER
 
 # Untouched checkpoints transformers loads and vLLM's backend refuses (docs/fidelity.md), with the
 # first line inspect prints for each.

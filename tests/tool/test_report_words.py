@@ -73,8 +73,7 @@ def test_a_suggested_regex_reads_as_written_not_json_escaped():
     """Issue 39: the readable line showed ``regex '(?<![^.])encoder\\\\.layer\\\\.1(?=\\\\.|$)'``
     (JSON's escaping); the pasteable ``--mapper`` JSON keeps its own."""
     from loadkit_inspect.fixes.suggest import Rule
-    from loadkit_inspect.report.render import rule_words
 
     rule = Rule("regex", r"(?<![^.])encoder\.layer\.1(?=\.|$)", "encoder.layer.0")
-    assert rule_words(rule) == r"regex '(?<![^.])encoder\.layer\.1(?=\.|$)' -> 'encoder.layer.0'"
-    assert rule_words(Rule("prefix", "model.\n", "")) == "prefix 'model.\\n' -> ''"
+    assert rule.words() == r"regex '(?<![^.])encoder\.layer\.1(?=\.|$)' -> 'encoder.layer.0'"
+    assert Rule("prefix", "model.\n", "").words() == "prefix 'model.\\n' -> ''"

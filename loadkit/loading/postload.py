@@ -15,8 +15,8 @@ from torch import nn
 
 
 def _children_first(module: nn.Module, seen: set[int]) -> Iterator[nn.Module]:
-    for child in module.children():
-        if id(child) not in seen:
+    for child in module._modules.values():
+        if child is not None and id(child) not in seen:
             seen.add(id(child))
             yield from _children_first(child, seen)
     yield module
@@ -41,11 +41,13 @@ def finalize_model_weights(model: nn.Module) -> list[str]:
     >>> finalize_model_weights(model), model[0].weight.item()
     (['0'], 2.0)
     """
-    names = {id(m): n for n, m in model.named_modules(remove_duplicate=True)}
     ran = []
     for module in _children_first(model, {id(model)}):
         hook = getattr(module, "process_weights_after_loading", None)
         if callable(hook):
             hook()
-            ran.append(names.get(id(module), ""))
-    return ran
+            ran.append(module)
+    if not ran:
+        return []
+    names = {id(m): n for n, m in model.named_modules()}
+    return [names.get(id(m), "") for m in ran]

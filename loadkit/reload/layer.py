@@ -82,8 +82,8 @@ def materialise(
     else:
         t = storage.view(meta.dtype).as_strided(meta.size(), meta.stride())
     fill_(t, fill)
-    if isinstance(meta, nn.Parameter):
-        t = nn.Parameter(t, requires_grad=False)
+    # As upstream: the class is set, not constructed (a plain tensor that needs no grad becomes
+    # an nn.Parameter, or the parameter subclass a layer made, by assignment).
     t.__class__ = meta.__class__
     t.__dict__.update(meta.__dict__)
     return cast(T, t)  # its class is now meta's
@@ -117,14 +117,12 @@ class ScratchArena:
         self, metas: Mapping[str, torch.Tensor], device: torch.device
     ) -> dict[str, torch.Tensor]:
         """Byte regions, one per tensor, for ``materialise``; {} when busy or not worth it."""
-        if self.busy:
+        if self.busy or sum(t.nbytes for t in metas.values()) < self.MIN_BYTES:
             return {}
         offsets, total = {}, 0
         for name, meta in metas.items():
             offsets[name] = total
             total += -(-_span_bytes(meta) // self.ALIGN) * self.ALIGN
-        if total < self.MIN_BYTES:
-            return {}
         buf = self.buffers.get(device)
         if buf is None or buf.numel() < total:
             buf = torch.empty(total, dtype=torch.uint8, device=device)
@@ -159,7 +157,7 @@ def _restore_loader(tensor: torch.Tensor, own: object) -> None:
 Wrap = Callable[["LayerReload", str, WeightLoader], WeightLoader]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LayerReload:
     """The reload state of one layer, from ``initialize_layerwise_reload`` to its finalisation."""
 
@@ -177,6 +175,7 @@ class LayerReload:
     slots: dict[str, dict] = field(default_factory=dict)  # the module's table each name is in
     total: int = 0
     count: int = 0
+    device: torch.device | None = None  # of every live tensor, None if they differ
     loads: list[tuple[str, tuple, dict]] = field(default_factory=list)  # (name, args, kwargs)
     finalised: bool = False
 
@@ -206,13 +205,14 @@ class LayerReload:
             live.__dict__["weight_loader"] = wrapped
         # Parameters and buffers, as upstream's get_layer_size counts them.
         self.total = sum(self.caps.values())
+        devices = {t.device for t in self.live.values()}
+        self.device = devices.pop() if len(devices) == 1 else None
         self._put(self.recorded)
 
     def finalise(self, arena: ScratchArena | None = None) -> None:
         """Materialise (filled), replay the buffered loads, copy back into the live storage."""
-        device = next(iter(self.live.values())).device
-        same = all(p.device == device for p in self.live.values())
-        regions = arena.take(self.recorded, device) if arena is not None and same else {}
+        device = self.device
+        regions = arena.take(self.recorded, device) if arena is not None and device else {}
         try:
             fresh = self.materialise(regions)
             with torch.no_grad():

@@ -229,17 +229,17 @@ def _check_open(model: nn.Module, layers: list) -> None:
         raise ReloadStateError(
             f"{type(model).__name__}: a reload is already open; call finalize_layerwise_reload"
         )
-    owner: dict[int, str] = {}
+    owner: dict[int, tuple[str, str]] = {}
     for name, module, params in layers:
         for pname, p in params.items():
-            qual = qualname(name, pname)
             if id(p) in owner:
                 raise ReloadStateError(
-                    f"parameter '{qual}' is the same tensor as '{owner[id(p)]}' (tied): "
-                    "layerwise reload needs each parameter in exactly one layer"
+                    f"parameter '{qualname(name, pname)}' is the same tensor as "
+                    f"'{qualname(*owner[id(p)])}' (tied): layerwise reload needs each "
+                    "parameter in exactly one layer"
                 )
-            owner[id(p)] = qual
-        if getattr(module, _STATE_ATTR, None) is not None:
+            owner[id(p)] = (name, pname)
+        if _STATE_ATTR in module.__dict__:
             raise ReloadStateError(
                 f"layer '{name}' ({type(module).__name__}) is in another open reload"
             )
@@ -294,9 +294,9 @@ def initialize_layerwise_reload(
     for (name, module, params), rec in zip(layers, recorded, strict=True):
         state = LayerReload(name, module, behaviour, padding, fill, rec, params)
         state.open(wrap)
-        setattr(module, _STATE_ATTR, state)
+        module.__dict__[_STATE_ATTR] = state
         session.layers.append(state)
-    setattr(model, _SESSION_ATTR, session)
+    model.__dict__[_SESSION_ATTR] = session
 
 
 def _wrap(session: _Session, state: LayerReload, pname: str, loader):

@@ -36,6 +36,7 @@ _EXPORTS = {
     "LoadkitError": "loadkit.errors",
     "Behaviour": "loadkit.terms",
     "Status": "loadkit.terms",
+    "VLLM_VERSION": "loadkit.terms",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -31,13 +31,13 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
 from loadkit_inspect.progress import Progress
 from loadkit_inspect.report.report import InspectReport
 from loadkit_inspect.report.summary import CheckpointSummary, summarize_checkpoint
-from loadkit_inspect.sources.index import IndexProblem
 from loadkit_inspect.sources.resolve import Source, open_source
 
 if TYPE_CHECKING:
@@ -460,8 +460,8 @@ def _transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | N
     """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
     beside its index (transformers prefers it and never opens the shards), else the
     checkpoint's; and that file's name, or ``None``."""
+    from loadkit.checkpoint import single_file_beside_index
     from loadkit.checkpoint.reader import read_safetensors_header
-    from loadkit_inspect.sources.index import single_file_beside_index
 
     single = single_file_beside_index(read.checkpoint.path)
     if single is None:

@@ -3,19 +3,22 @@
 
 A checkpoint "loads" only with respect to a loader:
 
-- ``vllm``: the model's own loading code as loadkit re-implements vLLM 0.28.0's (for ``--model
-  hf``, vLLM's Transformers modeling backend: its derived mapper, ``AutoWeightsLoader`` and the
-  wrapper's skip rules); the report's ``load`` section is this loader's;
+- ``vllm``: the model's own loading code as loadkit re-implements vLLM's (``VLLM_VERSION``, the
+  release loadkit follows; for ``--model hf``, vLLM's Transformers modeling backend: its derived
+  mapper, ``AutoWeightsLoader`` and the wrapper's skip rules); the report's ``load`` section is
+  this loader's;
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
+
+Each verdict names the version it answers for: ``vllm 0.34.0: would load cleanly``.
 
 Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
 shapes, make both loaders raise (both read every tensor of every listed file): each column says
 what it raises (``index_raises``). This module is torch-free: the records and the text only.
 
->>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
->>> headline([LoaderVerdict("transformers", True, []), v])
-'transformers: would load cleanly | vllm: would NOT load (1 unexpected: final_logits_bias)'
+>>> v = LoaderVerdict("vllm", False, ["1 unexpected: lm_head.bias"], "0.34.0")
+>>> headline([LoaderVerdict("transformers", True, [], "4.57.1"), v])
+'transformers 4.57.1: would load cleanly | vllm 0.34.0: would NOT load (1 unexpected: lm_head.bias)'
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
 from loadkit.fmt import plural
+from loadkit.terms import VLLM_VERSION
 
 if TYPE_CHECKING:
     from loadkit_inspect.report.records import LoadReport
@@ -39,19 +43,31 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 
 class LoaderVerdict(NamedTuple):
-    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases)."""
+    """Would ``loader`` (at ``version``) load the checkpoint cleanly, and if not, why (short
+    phrases)."""
 
     loader: str
     clean: bool
     problems: list[str]
+    version: str = ""
+
+    @property
+    def label(self) -> str:
+        """The loader and the version it answers for: ``vllm 0.34.0``."""
+        return f"{self.loader} {self.version}" if self.version else self.loader
 
     def phrase(self) -> str:
         if self.clean:
-            return f"{self.loader}: would load cleanly"
-        return f"{self.loader}: would NOT load ({'; '.join(self.problems)})"
+            return f"{self.label}: would load cleanly"
+        return f"{self.label}: would NOT load ({'; '.join(self.problems)})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
+        return {
+            "loader": self.loader,
+            "version": self.version,
+            "clean": self.clean,
+            "problems": list(self.problems),
+        }
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -105,14 +121,14 @@ def vllm_verdict(
     tp: TPReport | None = None,
     strict_index: bool = False,
 ) -> LoaderVerdict:
-    """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
-    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
-    checks ``tp`` before it builds the model and the index before it loads a weight: what
-    raises first is all it says."""
+    """The ``vllm`` loader's verdict (for ``VLLM_VERSION``) from the simulated load, the index,
+    and with ``tp`` what vLLM makes of that many ranks (a refusal is vLLM's alone: transformers
+    has no tp). vLLM checks ``tp`` before it builds the model and the index before it loads a
+    weight: what raises first is all it says."""
     problems = tp.problems() if tp is not None else []
     raised = index_raises(checkpoint)
     if problems or raised:
-        return LoaderVerdict(VLLM, False, problems + raised)
+        return LoaderVerdict(VLLM, False, problems + raised, VLLM_VERSION)
     problems = _strict(checkpoint, strict_index)
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
@@ -124,7 +140,7 @@ def vllm_verdict(
     counted = ("unexpected", "shape mismatch", "never filled")
     problems += [p for p in load.problems() if not any(c in p for c in counted)]
     clean = load.clean and not problems
-    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
+    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"], VLLM_VERSION)
 
 
 def transformers_verdict(
@@ -134,8 +150,9 @@ def transformers_verdict(
     index (a shard it cannot open makes it raise before it reports any list)."""
     # reading a model.safetensors beside the index, it never opens the shards
     raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
+    version = result.transformers_version
     if raised:
-        return LoaderVerdict(TRANSFORMERS, False, raised)
+        return LoaderVerdict(TRANSFORMERS, False, raised, version)
     problems = _strict(checkpoint, strict_index)
     if result.unexpected:
         problems.append(_names("unexpected", list(result.unexpected)))
@@ -147,7 +164,7 @@ def transformers_verdict(
     problems += list(result.errors)
     if result.reads and problems:
         problems.insert(0, f"reads {result.reads}, not the index")
-    return LoaderVerdict(TRANSFORMERS, not problems, problems)
+    return LoaderVerdict(TRANSFORMERS, not problems, problems, version)
 
 
 def headline(verdicts: list[LoaderVerdict]) -> str:

@@ -625,7 +625,7 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         ]
     if head is not None or r.clean:  # each loader's column says its own problems
         return _loads(r, head, index)
-    lines = [f"verdict: would NOT load: {_problems(r.problems())} (exit 1)"]
+    lines = [f"verdict: {_label(r)}would NOT load: {_problems(r.problems())} (exit 1)"]
     if r.fix is not None and r.fix.proven:
         lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return lines
@@ -645,13 +645,20 @@ def _loads(r: Report, head: str | None, index: str) -> list[str]:
             "no rank simulated)"
         )
     if head is None:
-        return [f"verdict: would load cleanly{where}{index} (exit 0)"]
+        return [f"verdict: {_label(r)}would load cleanly{where}{index} (exit 0)"]
     status = f"(exit {0 if r.clean else 1})"
     said = f"{where}{index}".removeprefix("; ").strip()
     if "\n" in head:  # one loader a line, under the word "verdict"
         rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
         return ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
     return [f"verdict: {head}{where}{index} {status}"]
+
+
+def _label(r: Report) -> str:
+    """The one selected loader and its version, before its verdict: ``vllm 0.34.0: ``."""
+    if r.loaders and len(r.selected_loaders) == 1:
+        return f"{r.loaders[r.selected_loaders[0]].label}: "
+    return ""
 
 
 def _odd(node: LayoutNode) -> str:

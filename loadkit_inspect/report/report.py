@@ -134,7 +134,7 @@ class InspectReport:
         ``vllm``) what ``--tp`` found."""
         if self.loaders and len(self.selected_loaders) > 1:
             chosen = [self.loaders[n] for n in self.selected_loaders]
-            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
+            return [f"{v.label}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)

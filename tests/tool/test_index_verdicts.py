@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import torch
 
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
 
 INDEX = "model.safetensors.index.json"
@@ -76,7 +78,8 @@ def test_a_listed_key_no_shard_holds_loads_and_the_index_is_inconsistent(sharded
     text = r.render()
     assert "index problems (1): loads; the index is inconsistent" in text
     assert text.splitlines()[-1] == (
-        "verdict: transformers: would load cleanly | vllm: would load cleanly; the index is "
+        f"verdict: transformers {version('transformers')}: would load cleanly | vllm "
+        f"{VLLM_VERSION}: would load cleanly; the index is "
         "inconsistent (1 problem above, every tensor still loads) (exit 0)"
     )
     strict = inspect_checkpoint(folder, model="hf", strict_index=True)

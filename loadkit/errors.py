@@ -15,6 +15,32 @@ class LoadkitError(ValueError):
     """Base class of every loadkit error (also ``from loadkit import LoadkitError``)."""
 
 
+TORCH_HINT = "pip install 'loadkit[torch]'"
+
+
+class MissingExtraError(LoadkitError, ImportError):
+    """A part of loadkit that needs an extra not installed here (torch: the ``torch`` extra).
+
+    An ``ImportError`` too, so ``except ImportError`` around an optional import still works.
+    """
+
+
+def require_torch(what: str) -> None:
+    """Raise ``MissingExtraError`` naming the ``torch`` extra when torch cannot be imported.
+
+    ``pip install loadkit`` is the library's torch-free parts and the header-only inspect;
+    whatever loads, counts or simulates needs ``pip install 'loadkit[torch]'``.
+
+    >>> require_torch("loadkit.loading")  # torch is installed here: nothing happens
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{what} needs torch, which cannot be imported here ({exc}): {TORCH_HINT}"
+        ) from None
+
+
 class BehaviourError(LoadkitError):
     """A ``behaviour`` (or another choice among names) that is not one of the allowed names."""
 

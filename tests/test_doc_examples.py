@@ -7,7 +7,8 @@ what the page shows (issue 39). ``tests/doc_blocks.py`` says how a block's kind 
   output must be the bare block after it (``...`` stands for any text, as in doctest), or
   nothing when the page shows nothing. Blocks of a page run in page order, in one folder: a
   block may use a file an earlier one wrote, never a name it defined. A block importing a module
-  of an extra that is not installed is skipped, naming the extra.
+  of an extra that is not installed is skipped, naming the extra; so is one that stops on
+  loadkit's own line naming the ``torch`` extra where torch is not installed.
 - A console block's commands run in that folder too, with this checkout's ``loadkit`` command; each
   must print what the page shows under it (stdout and stderr together, as a terminal shows them).
 - A bash block is checked, not run: ``loadkit inspect`` lines parse with the command's own parser
@@ -33,6 +34,8 @@ import pytest
 from doc_blocks import EXTRA_OF, PAGES, Block, all_blocks, blocks, commands, imported_modules
 from doc_blocks import session as console_session
 from repo_paths import REPO
+
+from loadkit.errors import TORCH_HINT
 
 TIMEOUT = 600
 CHECKER = doctest.OutputChecker()
@@ -135,6 +138,8 @@ def test_block_prints_what_the_page_shows(block, page_runs):
     if reason is not None:
         pytest.skip(f"{block.id}: {reason}")
     for what, shown, printed in page_runs(block.page).result(block):
+        if TORCH_HINT in printed and importlib.util.find_spec("torch") is None:
+            pytest.skip(f"{block.id}: needs the 'torch' extra: torch is not installed")
         assert _same(shown, printed), (
             f"{block.id}: {what} printed\n{printed}\nwhile the page shows\n{shown}"
         )

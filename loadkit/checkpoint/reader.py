@@ -28,7 +28,7 @@ from loadkit.checkpoint.header import (
 )
 from loadkit.checkpoint.merge import read_layout
 from loadkit.checkpoint.shards import INDEX_NAME, local_layout, open_regular
-from loadkit.errors import HeaderError, TruncatedCheckpointError
+from loadkit.errors import HeaderError, TruncatedCheckpointError, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -165,6 +165,7 @@ class Checkpoint:
         next tensor overwrites, as streaming loaders do: a consumer that holds a view without
         cloning it sees later data.
         """
+        require_torch("Checkpoint.weights (reading tensors)")
         import torch
 
         shared = None

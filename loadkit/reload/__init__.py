@@ -7,6 +7,10 @@ again), ``lifecycle`` (``start_reload``, ``finish_reload``, ``weight_update_acti
 ``bake``) into copies (``geometry``) replayed for every update.
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.reload.direct import (
     begin_direct_reload,
     direct_reload_active,

@@ -48,13 +48,6 @@ from upstream.common import (
 )
 from upstream.trees import build, layer_path, tree_specs
 
-
-@pytest.fixture(scope="session")
-def up(up_old):
-    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
-    return up_old
-
-
 COUNT = re.compile(r"(\d+) / (\d+)")
 # loadkit's keywords for each release's rules (docs/api.md, bug 3's table).
 RULES = {

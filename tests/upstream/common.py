@@ -297,7 +297,7 @@ def record(prop: str, diffs: list[Difference], context: str = "") -> None:
         t.by_deviation[dev] = t.by_deviation.get(dev, 0) + 1
     if unexplained and not CENSUS:
         raise AssertionError(
-            "loadkit and vLLM 0.28.0 differ:\n" + "\n".join(f"- {d.what}" for d in unexplained)
+            f"loadkit and vLLM differ ({prop}):\n" + "\n".join(f"- {d.what}" for d in unexplained)
         )
 
 

@@ -91,16 +91,17 @@ class Body(nn.Module):
 
 
 class Delegating(nn.Module):
-    """Root AutoWeightsLoader hands `model.*` to the child's own load_weights; tied lm_head."""
+    """Root AutoWeightsLoader hands `model.*` to the child's own load_weights; a tied lm_head
+    (a word embedding, as vLLM's ParallelLMHead is: its alias is skipped unasked)."""
 
     def __init__(self):
         super().__init__()
         self.model = Body()
-        self.lm_head = nn.Linear(4, 10, bias=False)
+        self.lm_head = nn.Embedding(10, 4)
         self.lm_head.weight = self.model.embed.weight
 
     def load_weights(self, weights):
-        return AutoWeightsLoader(self, skip_prefixes=["lm_head."]).load_weights(weights)
+        return AutoWeightsLoader(self).load_weights(weights)
 
 
 def delegating_state():
@@ -346,7 +347,11 @@ def test_delegation_tied_weights_and_ignore_rules(tmp_path):
     r = inspect_checkpoint(f, model=Delegating)
     status = {k.name: (k.status, k.target, k.rule) for k in r.load.keys}
     assert status["model.embed.weight"] == ("loaded", "model.embed.weight", None)
-    assert status["lm_head.weight"] == ("skipped", None, "skip_prefixes 'lm_head.'")
+    assert status["lm_head.weight"] == (
+        "skipped",
+        None,
+        "tied embedding: an alias of 'model.embed.weight'",
+    )
     assert status["model.norm.extra"] == ("ignored", None, "ignore_unexpected_suffixes '.extra'")
     assert r.model.parameters == 3  # the tied lm_head counts once
     assert r.clean is True

@@ -73,17 +73,30 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
     assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0
 
 
-def test_gpt_neox_as_transformers_saves_it_points_at_the_explanation(hf_clean):
+def test_loaders_that_disagree_point_at_the_explanation(hf_clean):
     """Issue 39: "vllm: would NOT load" with no pointer to docs/fidelity.md, which explains it."""
-    report = inspect_checkpoint(hf_clean("gpt-neox"), model="hf")
+    report = inspect_checkpoint(hf_clean("bart"), model="hf")
     assert not report.loaders["vllm"].clean and report.loaders["transformers"].clean
     first = report.render().split("\n\n")[0]
     assert first.endswith("\n".join(FIDELITY_POINTER))
     fidelity = (DATA.parent / "docs" / "fidelity.md").read_text()
     assert "### Where the two loaders differ" in fidelity
-    assert "**GPT-NeoX: the head `embed_out` unexpected.**" in fidelity
+    assert "**BART, mBART: `final_logits_bias` unexpected.**" in fidelity
     agree = inspect_checkpoint(hf_clean("bert"), model="hf")
     assert "the loaders disagree" not in agree.render()
+
+
+def test_gpt_neox_loads_in_vllm_0_34_0_as_transformers_saves_it(hf_clean):
+    """vLLM 0.34.0 also takes the renamings registered for the head class AutoModel did not
+    build (GPTNeoXForCausalLM's embed_out -> lm_head): both loaders load it."""
+    report = inspect_checkpoint(hf_clean("gpt-neox"), model="hf")
+    assert report.loaders["vllm"].clean and report.loaders["transformers"].clean
+    (key,) = [k for k in report.load.keys if k.name == "embed_out.weight"]
+    assert (key.status, key.target) == ("loaded", "lm_head.weight")
+    fired = [u for u in report.mapper.rules if u.stage == "renaming" and u.fired]
+    assert any(
+        "get_checkpoint_conversion_mapping('GPTNeoXForCausalLM')" in (u.origin or "") for u in fired
+    ), fired
 
 
 def test_json_has_both_columns(hf_clean, capsys):

@@ -26,7 +26,7 @@ import copy
 import re
 from collections.abc import Iterable
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -92,6 +92,7 @@ class Base(nn.Module):
                 **self._from_config_kwargs()
             )
         self._create_hf_to_vllm_mapper()
+        self._replace_vocab_embeddings()
         self.init_parameters(self.model)
         self.keep_in_fp32(self.model)
 
@@ -212,6 +213,50 @@ class Base(nn.Module):
             if arch not in built:
                 mappings.extend(get_checkpoint_conversion_mapping(arch) or [])
         return mappings
+
+    def _vocab_embeddings(self) -> list[nn.Embedding]:
+        """The ``nn.Embedding``s of ``self.model`` that hold a vocabulary (vLLM 0.34.0): those of
+        the input embedding, and any whose size is one of the config's ``*vocab_size*``."""
+        from transformers import PretrainedConfig
+
+        def vocab_sizes(config: Any) -> Iterable[int]:
+            for key, value in vars(config).items():
+                if isinstance(value, PretrainedConfig):
+                    yield from vocab_sizes(value)
+                elif "vocab_size" in key and isinstance(value, int):
+                    yield value
+
+        sizes = set(vocab_sizes(self.config))
+        found = [
+            m for m in self.model.get_input_embeddings().modules() if isinstance(m, nn.Embedding)
+        ]
+        found += [
+            m
+            for m in self.model.modules()
+            if isinstance(m, nn.Embedding) and m.num_embeddings in sizes
+        ]
+        return list({id(m): m for m in found}.values())
+
+    def _replace_vocab_embeddings(self) -> None:
+        """What upstream's ``recursive_replace`` does to the names: each vocabulary embedding it
+        reaches (children first, a replaced module not entered) gets a weight of its own, as
+        its ``VocabParallelEmbedding`` replacement has; a module reached twice keeps the first.
+        So two modules that shared one table (an encoder's and a decoder's ``embed_tokens`` and
+        ``shared``) no longer do: each is a parameter a load must fill (docs/fidelity.md)."""
+        vocab = {id(m) for m in self._vocab_embeddings()}
+        done: set[int] = set()
+
+        def walk(module: nn.Module) -> None:
+            for child in module.children():
+                if id(child) not in vocab:
+                    walk(child)
+                elif id(child) not in done:
+                    done.add(id(child))
+                    w = cast(torch.Tensor, child.weight)  # an nn.Embedding's
+                    device = w.device if w.device.type == "meta" else self.device_
+                    child.weight = nn.Parameter(torch.empty_like(w, device=device))
+
+        walk(self.model)
 
     def _get_tie_word_embeddings(self) -> bool:
         # transformers v4 kept this on the text config, v5 on the top-level one.

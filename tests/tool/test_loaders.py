@@ -21,9 +21,12 @@ from loadkit_inspect.inspect_report import FIDELITY_POINTER
 # first line inspect prints for each.
 VLLM = f"vllm {VLLM_VERSION}"
 TRANSFORMERS = f"transformers {version('transformers')}"
+UNTIED = "2 missing: model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight"
 REFUSED_BY_VLLM = {
-    "bart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
-    "mbart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
+    # vLLM 0.34.0 also unties the encoder's and decoder's embed_tokens (docs/fidelity.md)
+    "bart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias; {UNTIED})",
+    "mbart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias; {UNTIED})",
+    "t5": f"{VLLM}: would NOT load ({UNTIED})",
     "deberta-v2": f"{VLLM}: would NOT load (1 missing: "
     "model.embeddings.position_embeddings.weight)",
     "electra": f"{VLLM}: would NOT load (2 missing: model.embeddings_project.weight, "
@@ -109,7 +112,7 @@ def test_json_has_both_columns(hf_clean, capsys):
         "clean": True,
         "problems": [],
     }
-    assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias"]
+    assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias", UNTIED]
     assert doc["transformers"]["class"] == "BartForConditionalGeneration"
     assert doc["transformers"]["missing"] == [] and doc["clean"] is False
 

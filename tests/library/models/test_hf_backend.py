@@ -199,7 +199,7 @@ def assert_same_as_transformers(wrapper, hf, *, not_loaded=()):
         assert torch.equal(our_buffers[key], buf), key
 
 
-@pytest.mark.parametrize("name", ["llama", "bert", "bert-cls", "phi", "t5", "opt", "vit"])
+@pytest.mark.parametrize("name", ["llama", "bert", "bert-cls", "phi", "opt", "vit"])
 def test_real_load_gives_transformers_state_dict(hf_clean, name):
     folder = hf_clean(name)
     wrapper = from_config(folder, device="cpu")
@@ -231,6 +231,18 @@ def test_real_load_of_gpt2_leaves_the_attention_biases_as_vllm_does(hf_clean):
         hf_model("gpt2", folder),
         not_loaded=[f"model.h.{i}.attn.c_attn.bias" for i in range(layers)],
     )
+
+
+def test_real_load_of_t5_leaves_its_untied_embeddings_as_vllm_0_34_does(hf_clean):
+    """vLLM 0.34.0 gives each vocabulary embedding a weight of its own: T5's encoder and decoder
+    embed_tokens no longer share `shared`'s, and no checkpoint key fills them."""
+    folder = hf_clean("t5")
+    wrapper = from_config(folder, device="cpu")
+    untied = ["model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+    assert all(wrapper.get_parameter(n) is not wrapper.model.shared.weight for n in untied)
+    loaded = wrapper.load_weights(open_checkpoint(folder).weights())
+    assert "model.shared.weight" in loaded and not set(untied) & loaded
+    assert_same_as_transformers(wrapper, hf_model("t5", folder), not_loaded=untied)
 
 
 def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(hf_clean, tmp_path):

@@ -70,6 +70,7 @@ def inspect_checkpoint(
     timeout: float | None = None,
     loader: str = "all",
     progress: bool = False,
+    model_impl: str = "auto",
 ) -> InspectReport:
     """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
 
@@ -101,6 +102,9 @@ def inspect_checkpoint(
             simulated header-only) or ``"all"`` (every loader the model has).
         progress: show a progress bar on stderr (tqdm) once the inspect has run 2 seconds
             (``LOADKIT_PROGRESS_DELAY`` seconds when set): shards read, names loaded.
+        model_impl: for ``model="hf"``, the implementation vLLM 0.34.0 is asked for (its
+            ``--model-impl``): ``"auto"`` (its native class where it has one), ``"vllm"``,
+            ``"transformers"`` (the Transformers modeling backend).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -128,6 +132,7 @@ def inspect_checkpoint(
         timeout=timeout,
         loader=loader,
         progress=progress,
+        model_impl=model_impl,
     )
     return inspect(options)
 
@@ -267,7 +272,9 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
 
     ck, model = read.checkpoint, options.model
     assert model is not None  # inspect() stops before this step without a model
-    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
+    module, spec = build_model(
+        model, ck.tensors, options.model_args, checkpoint=ck, model_impl=options.model_impl
+    )
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary
 
@@ -413,7 +420,10 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         )
 
     def rebuild() -> nn.Module:
-        return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
+        built = build_model(
+            model, ck.tensors, options.model_args, checkpoint=ck, model_impl=options.model_impl
+        )
+        return built[0]
 
     return tp_report(ck.tensors, rebuild, options.tp)
 
@@ -432,20 +442,25 @@ def judge_loaders(
         TRANSFORMERS,
         VLLM,
         available_loaders,
+        hf_config,
         select_loaders,
         transformers_verdict,
+        vllm_side,
         vllm_verdict,
     )
 
     available = available_loaders(built.module)
-    selected = select_loaders(options.loader, available)
+    side = vllm_side(built.module, loaded)
+    selected = select_loaders(options.loader, available, unchecked=side.unmodelled)
     strict = options.strict_index
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    verdicts = {
+        VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, side=side)
+    }
     from_pretrained = None
     if TRANSFORMERS in selected:
         from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
 
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        config = hf_config(built.module)
         infos, reads = _transformers_reads(read)
         from_pretrained = from_pretrained_verdict(config, infos).under(options.rules)
         from_pretrained = from_pretrained._replace(reads=reads)
@@ -488,5 +503,6 @@ def announce_fix(options: InspectOptions, report: InspectReport) -> None:
         "model_args": options.model_args,
         "timeout": options.timeout,
         "loader": options.loader,
+        "model_impl": options.model_impl,
     }
     sys.audit("loadkit.inspect.suggested_fix", report, call)

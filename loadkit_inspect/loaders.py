@@ -3,9 +3,10 @@
 
 A checkpoint "loads" only with respect to a loader:
 
-- ``vllm``: the model's own loading code as loadkit re-implements vLLM 0.28.0's (for ``--model
-  hf``, vLLM's Transformers modeling backend: its derived mapper, ``AutoWeightsLoader`` and the
-  wrapper's skip rules); the report's ``load`` section is this loader's;
+- ``vllm``: the model's own loading code as loadkit re-implements vLLM's (for ``--model hf``, the
+  class vLLM 0.34.0 would use, named in the verdict: a native class judged as its
+  ``track_weights_loading`` judges it, or its Transformers modeling backend); the report's
+  ``load`` section is this loader's;
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
 
@@ -26,6 +27,7 @@ from loadkit.errors import LoadkitError
 from loadkit.fmt import plural
 
 if TYPE_CHECKING:
+    from loadkit.loading.track import Tracked
     from loadkit_inspect.report.records import LoadReport
     from loadkit_inspect.report.summary import CheckpointSummary
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
@@ -39,19 +41,48 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 
 class LoaderVerdict(NamedTuple):
-    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases)."""
+    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases).
+
+    ``label``: how the report names the loader (``vllm 0.34.0, native Qwen3MoeForCausalLM``);
+    ``checked``: ``False`` when loadkit does not model the class that loader would use (no
+    verdict); ``quiet``: the load would go through without an error and leave tensors
+    uninitialised (vLLM's most dangerous outcome): ``problems`` says which.
+    """
 
     loader: str
     clean: bool
     problems: list[str]
+    label: str | None = None
+    checked: bool = True
+    quiet: bool = False
 
     def phrase(self) -> str:
+        name = self.label or self.loader
+        if not self.checked:
+            return f"{name}: not checked ({'; '.join(self.problems)})"
         if self.clean:
-            return f"{self.loader}: would load cleanly"
-        return f"{self.loader}: would NOT load ({'; '.join(self.problems)})"
+            return f"{name}: would load cleanly"
+        if self.quiet:
+            return f"{name}: would load WITHOUT AN ERROR but leave {'; '.join(self.problems)}"
+        return f"{name}: would NOT load ({'; '.join(self.problems)})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
+        out = {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
+        if self.label is not None:  # --model hf: the class, and what kind of verdict it is
+            out.update(label=self.label, checked=self.checked, quiet=self.quiet)
+        return out
+
+
+class VllmSide(NamedTuple):
+    """What the ``vllm`` verdict needs beyond the dry load: the class vLLM would use
+    (``label``), vLLM's refusal of the architecture, why the class is not modelled, and the
+    load as vLLM's ``track_weights_loading`` judges it (``loadkit.loading.track.Tracked``: only
+    for vLLM's native classes, whose layers carry a ``quant_method``)."""
+
+    label: str | None = None
+    refusal: str | None = None
+    unmodelled: str | None = None
+    tracked: Tracked | None = None
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -104,27 +135,63 @@ def vllm_verdict(
     *,
     tp: TPReport | None = None,
     strict_index: bool = False,
+    side: VllmSide | None = None,
 ) -> LoaderVerdict:
     """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
     vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
-    checks ``tp`` before it builds the model and the index before it loads a weight: what
-    raises first is all it says."""
+    refuses an architecture before anything else, checks ``tp`` before it builds the model and
+    the index before it loads a weight: what raises first is all it says. With
+    ``side.tracked``, tensors vLLM does not check are no failure of their own: the load goes
+    through and leaves them uninitialised (``quiet``)."""
+    side = side or VllmSide()
+    if side.unmodelled is not None:
+        return LoaderVerdict(VLLM, False, [side.unmodelled], side.label, checked=False)
+    if side.refusal is not None:
+        return LoaderVerdict(VLLM, False, [f"vLLM refuses it: {side.refusal}"], side.label)
     problems = tp.problems() if tp is not None else []
     raised = index_raises(checkpoint)
     if problems or raised:
-        return LoaderVerdict(VLLM, False, problems + raised)
-    problems = _strict(checkpoint, strict_index)
+        return LoaderVerdict(VLLM, False, problems + raised, side.label)
+    problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
+    quiet = list(side.tracked.quiet) if side.tracked is not None else []
+    allowed = {m.name for m in load.missing if m.allowed is not None}
+    quiet = [q for q in quiet if q not in allowed]
+    if not problems and quiet and load.clean_but_missing:
+        return LoaderVerdict(VLLM, False, [_uninitialised(quiet)], side.label, quiet=True)
+    if quiet:
+        problems.append(f"besides, {_uninitialised(quiet)}")
+    clean = load.clean_but_missing and not problems
+    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"], side.label)
+
+
+def _uninitialised(names: list[str]) -> str:
+    """``2 tensors uninitialised (never in the checkpoint; vLLM does not check them): a, b``."""
+    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+    them = "it" if len(names) == 1 else "them"
+    return (
+        f"{plural(len(names), 'tensor')} uninitialised (never in the checkpoint; vLLM does not "
+        f"check {them}): {shown}"
+    )
+
+
+def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:
+    """The dry load's problems as vLLM raises them: unexpected keys, missing tensors (with
+    ``tracked``: only those vLLM checks, and the missing shards of a partly loaded stacked
+    parameter), mismatched shapes, and the rest as the load report counts them."""
+    problems = []
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
-    if load.failing_missing:
-        problems.append(_names("missing", [m.name for m in load.failing_missing]))
+    if tracked is None:
+        missing = [m.name for m in load.failing_missing]
+    else:
+        allowed = {m.name for m in load.missing if m.allowed is not None}
+        missing = [n for n in tracked.refused if n not in allowed]
+    if missing:
+        problems.append(_names("missing", missing))
     if load.shape_mismatches:
         problems.append(_names("mismatched", [s.param or s.name for s in load.shape_mismatches]))
-    # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
     counted = ("unexpected", "shape mismatch", "never filled")
-    problems += [p for p in load.problems() if not any(c in p for c in counted)]
-    clean = load.clean and not problems
-    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
+    return problems + [p for p in load.problems() if not any(c in p for c in counted)]
 
 
 def transformers_verdict(
@@ -155,30 +222,56 @@ def headline(verdicts: list[LoaderVerdict]) -> str:
     return " | ".join(v.phrase() for v in verdicts)
 
 
-def select_loaders(choice: str, available: tuple[str, ...]) -> tuple[str, ...]:
-    """The loaders ``--loader choice`` selects among those the model has.
+def select_loaders(
+    choice: str, available: tuple[str, ...], *, unchecked: str | None = None
+) -> tuple[str, ...]:
+    """The loaders ``--loader choice`` selects among those the model has. ``unchecked``: why
+    the ``vllm`` loader has no verdict (loadkit does not model the class vLLM would use):
+    ``all`` then selects the others, and ``vllm`` alone is an error.
 
     >>> select_loaders("all", ("transformers", "vllm")), select_loaders("vllm", ("vllm",))
     (('transformers', 'vllm'), ('vllm',))
+    >>> select_loaders("all", ("transformers", "vllm"), unchecked="not modelled")
+    ('transformers',)
     >>> select_loaders("transformers", ("vllm",))  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     loadkit.errors.LoadkitError: --loader transformers: ...
     """
-    if choice == ALL:
-        return available
     if choice not in LOADER_CHOICES:
         raise LoadkitError(f"--loader {choice!r}: choose from {', '.join(LOADER_CHOICES)}")
+    if choice == ALL:
+        return tuple(n for n in available if not (n == VLLM and unchecked and len(available) > 1))
     if choice not in available:
         raise LoadkitError(
             f"--loader {choice}: this model loads only with {', '.join(available)} (the "
             "transformers loader is for models built from a transformers class: --model hf)"
         )
+    if choice == VLLM and unchecked:
+        raise LoadkitError(f"--loader vllm: no verdict: {unchecked}")
     return (choice,)
 
 
-def available_loaders(module: Any) -> tuple[str, ...]:
-    """``("transformers", "vllm")`` for a model built from a transformers class (``--model hf``),
-    else ``("vllm",)``."""
+def hf_config(module: Any) -> Any:
+    """The transformers config a model was built from (``--model hf``), or ``None``."""
+    found = getattr(module, "hf_config", None)
+    if found is not None:
+        return found
     from loadkit.models.transformers.base import Base
 
-    return (TRANSFORMERS, VLLM) if isinstance(module, Base) else (VLLM,)
+    return module.config if isinstance(module, Base) else None
+
+
+def available_loaders(module: Any) -> tuple[str, ...]:
+    """``("transformers", "vllm")`` for a model built from a transformers config (``--model
+    hf``), else ``("vllm",)``."""
+    return (TRANSFORMERS, VLLM) if hf_config(module) is not None else (VLLM,)
+
+
+def vllm_side(module: Any, loaded: Any) -> VllmSide:
+    """The ``vllm`` verdict's side information for ``module`` (built by ``--model hf``: it
+    carries ``vllm_class``, the class vLLM would use) and its dry load ``loaded``."""
+    choice = getattr(module, "vllm_class", None)
+    if choice is None:
+        return VllmSide()
+    tracked = loaded.tracked if choice.native else None
+    return VllmSide(choice.label, choice.refusal, getattr(module, "vllm_unmodelled", None), tracked)

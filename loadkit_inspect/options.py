@@ -131,7 +131,9 @@ class InspectOptions(NamedTuple):
     ``strict_index``: an inconsistent index fails the report too; ``timeout``: seconds each
     request to a remote checkpoint may take; ``loader``: whose verdict decides ``clean``
     (``"vllm"``, ``"transformers"`` or ``"all"``); ``progress``: a progress bar on stderr once
-    the inspect has run 2 seconds (``loadkit_inspect.progress``).
+    the inspect has run 2 seconds (``loadkit_inspect.progress``); ``model_impl``: for ``--model
+    hf``, the implementation vLLM is asked for (its ``--model-impl``: ``"auto"``, ``"vllm"``,
+    ``"transformers"``).
 
     Example:
         >>> options = InspectOptions("ck.safetensors", model="plamo2", tp=2)
@@ -153,3 +155,4 @@ class InspectOptions(NamedTuple):
     timeout: float | None = None
     loader: str = "all"
     progress: bool = False
+    model_impl: str = "auto"

@@ -50,6 +50,9 @@ class Report(Protocol):
     @property
     def clean(self) -> bool | None: ...
 
+    @property
+    def labelled(self) -> bool: ...
+
     def problems(self) -> list[str]: ...
 
 
@@ -477,12 +480,13 @@ def _other_keys(load: LoadReport, limit: int) -> list[str]:
 def _headline(r: Report) -> str | None:
     """Every selected loader's verdict side by side, for a model with more than one loader
     (one line per loader when they do not fit on one)."""
-    if not r.loaders or len(r.loaders) < 2:
+    if not r.loaders or (len(r.loaders) < 2 and not r.labelled):
         return None
     from loadkit.fmt import WIDTH, wrap
     from loadkit_inspect.loaders import headline
 
-    verdicts = [r.loaders[n] for n in r.selected_loaders]
+    # The selected loaders' verdicts, and a loader's that was not checked (it says why).
+    verdicts = [v for n, v in r.loaders.items() if n in r.selected_loaders or not v.checked]
     line = printable(headline(verdicts))
     if len(line) + len("verdict: ") <= WIDTH:
         return line

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
-SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each version added
 # A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 
@@ -114,6 +114,12 @@ class InspectReport:
         return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
 
     @property
+    def labelled(self) -> bool:
+        """Does a loader's verdict name the class it comes from (``--model hf``: vLLM's class)?
+        Then that verdict, not the dry load's counts, is what the report concludes."""
+        return bool(self.loaders) and any(v.label for v in (self.loaders or {}).values())
+
+    @property
     def _strict_fails(self) -> bool:
         return self.strict_index and bool(self.checkpoint.inconsistent)
 
@@ -132,9 +138,9 @@ class InspectReport:
         """Short descriptions of what keeps the checkpoint from loading cleanly: with several
         selected loaders each one's verdict, named; else the index's, the load's and (for
         ``vllm``) what ``--tp`` found."""
-        if self.loaders and len(self.selected_loaders) > 1:
+        if self.loaders and (len(self.selected_loaders) > 1 or self.labelled):
             chosen = [self.loaders[n] for n in self.selected_loaders]
-            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
+            return [f"{v.label or v.loader}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)

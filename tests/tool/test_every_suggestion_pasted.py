@@ -41,7 +41,7 @@ def _own_cases(root):
         (root / name).mkdir()
         shutil.copy(root / "clean" / "config.json", root / name / "config.json")
         save_file({rename(k): v for k, v in tensors.items()}, root / name / "model.safetensors")
-        inspect_checkpoint(root / name, model="hf")
+        inspect_checkpoint(root / name, model="hf", model_impl="transformers")
 
 
 def _pasted(flag):
@@ -76,6 +76,7 @@ def test_every_suggestion_pasted_gets_the_verdict_promised(
                 mapper=mapper,
                 replace_mapper=replace,
                 loader=loader or call["loader"],
+                model_impl=call["model_impl"],
             )
         where = f"{call['checkpoint']} --model {call['model']} {fix.flag}"
         if fix.proven:
@@ -92,7 +93,14 @@ def test_every_suggestion_the_command_line_printed_pasted_gets_the_verdict_promi
 ):
     if not cli_suggestions_seen:  # run alone: one of its own
         _own_cases(tmp_path)
-        argv = ["inspect", str(tmp_path / "shifted"), "--model", "hf"]
+        argv = [
+            "inspect",
+            str(tmp_path / "shifted"),
+            "--model",
+            "hf",
+            "--model-impl",
+            "transformers",
+        ]
         printed = loadkit_cli(*argv).stdout
         assert "\n  --mapper '" in printed, printed
         cli_suggestions_seen = [(argv, None, {}, printed)]

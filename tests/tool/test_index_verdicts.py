@@ -76,8 +76,9 @@ def test_a_listed_key_no_shard_holds_loads_and_the_index_is_inconsistent(sharded
     text = r.render()
     assert "index problems (1): loads; the index is inconsistent" in text
     assert text.splitlines()[-1] == (
-        "verdict: transformers: would load cleanly | vllm: would load cleanly; the index is "
-        "inconsistent (1 problem above, every tensor still loads) (exit 0)"
+        "verdict: transformers: would load cleanly | vllm 0.34.0, native LlamaForCausalLM: "
+        "would load cleanly; the index is inconsistent (1 problem above, every tensor still "
+        "loads) (exit 0)"
     )
     strict = inspect_checkpoint(folder, model="hf", strict_index=True)
     assert strict.exit_status == 1 and strict.clean is False
@@ -102,7 +103,8 @@ def test_a_listed_key_the_model_needs_that_no_shard_holds_is_missing(sharded_lla
     )
     assert r.from_pretrained.missing == (key,)
     assert r.loaders["transformers"].problems == [f"1 missing: {key}"]
-    assert r.loaders["vllm"].problems == [f"1 missing: {key}"]
+    # vLLM 0.34.0's native Llama packs up_proj into gate_up_proj (shard 1): the shard is missing
+    assert r.loaders["vllm"].problems == ["1 missing: model.layers.1.mlp.gate_up_proj.weight.1"]
     assert r.exit_status == 1 and r.clean is False
 
 

@@ -115,7 +115,7 @@ def test_everything_else_runs_without_transformers():
         for name in names:
             importlib.import_module(name)
         from loadkit import open_checkpoint
-from loadkit_inspect import inspect_checkpoint
+        from loadkit_inspect import inspect_checkpoint
         from loadkit.models.plamo2 import Plamo2Config, Plamo2ForCausalLM, make_checkpoint
         report = inspect_checkpoint({str(DATA / "plamo2" / "untied.safetensors")!r}, model="plamo2")
         config = Plamo2Config()

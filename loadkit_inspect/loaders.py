@@ -3,20 +3,22 @@
 
 A checkpoint "loads" only with respect to a loader:
 
-- ``vllm``: the model's own loading code as loadkit re-implements vLLM's (for ``--model hf``, the
-  class vLLM 0.34.0 would use, named in the verdict: a native class judged as its
-  ``track_weights_loading`` judges it, or its Transformers modeling backend); the report's
-  ``load`` section is this loader's;
+- ``vllm``: the model's own loading code as loadkit re-implements vLLM's (``VLLM_VERSION``, the
+  release loadkit follows; for ``--model hf``, the class vLLM 0.34.0 would use, named in the
+  verdict: a native class judged as its ``track_weights_loading`` judges it, or its Transformers
+  modeling backend); the report's ``load`` section is this loader's;
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
+
+Each verdict names the version it answers for: ``vllm 0.34.0: would load cleanly``.
 
 Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
 shapes, make both loaders raise (both read every tensor of every listed file): each column says
 what it raises (``index_raises``). This module is torch-free: the records and the text only.
 
->>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
->>> headline([LoaderVerdict("transformers", True, []), v])
-'transformers: would load cleanly | vllm: would NOT load (1 unexpected: final_logits_bias)'
+>>> v = LoaderVerdict("vllm", False, ["1 unexpected: lm_head.bias"], "0.34.0")
+>>> headline([LoaderVerdict("transformers", True, [], "4.57.1"), v])
+'transformers 4.57.1: would load cleanly | vllm 0.34.0: would NOT load (1 unexpected: lm_head.bias)'
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
 from loadkit.fmt import plural
+from loadkit.terms import VLLM_VERSION
 
 if TYPE_CHECKING:
     from loadkit.loading.track import Tracked
@@ -41,48 +44,68 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 
 class LoaderVerdict(NamedTuple):
-    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases).
+    """Would ``loader`` (at ``version``) load the checkpoint cleanly, and if not, why (short
+    phrases).
 
-    ``label``: how the report names the loader (``vllm 0.34.0, native Qwen3MoeForCausalLM``);
-    ``checked``: ``False`` when loadkit does not model the class that loader would use (no
-    verdict); ``quiet``: the load would go through without an error and leave tensors
-    uninitialised (vLLM's most dangerous outcome): ``problems`` says which.
+    ``via``: the class the loader would use, where the model says (``--model hf``: ``native
+    Qwen3MoeForCausalLM``); ``checked``: ``False`` when loadkit does not model that class (no
+    verdict, ``problems`` says why); ``quiet``: the load would go through without an error and
+    leave tensors uninitialised (vLLM's most dangerous outcome), ``problems`` says which.
     """
 
     loader: str
     clean: bool
     problems: list[str]
-    label: str | None = None
+    version: str = ""
+    via: str | None = None
     checked: bool = True
     quiet: bool = False
 
+    @property
+    def label(self) -> str:
+        """The loader, the version it answers for and the class it uses: ``vllm 0.34.0``,
+        ``vllm 0.34.0, native LlamaForCausalLM``."""
+        name = f"{self.loader} {self.version}" if self.version else self.loader
+        return f"{name}, {self.via}" if self.via else name
+
     def phrase(self) -> str:
-        name = self.label or self.loader
         if not self.checked:
-            return f"{name}: not checked ({'; '.join(self.problems)})"
+            return f"{self.label}: not checked ({'; '.join(self.problems)})"
         if self.clean:
-            return f"{name}: would load cleanly"
+            return f"{self.label}: would load cleanly"
         if self.quiet:
-            return f"{name}: would load WITHOUT AN ERROR but leave {'; '.join(self.problems)}"
-        return f"{name}: would NOT load ({'; '.join(self.problems)})"
+            return f"{self.label}: would load WITHOUT AN ERROR but leave {'; '.join(self.problems)}"
+        return f"{self.label}: would NOT load ({'; '.join(self.problems)})"
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
-        if self.label is not None:  # --model hf: the class, and what kind of verdict it is
+        out = {
+            "loader": self.loader,
+            "version": self.version,
+            "clean": self.clean,
+            "problems": list(self.problems),
+        }
+        if self.via is not None:  # --model hf: the class, and what kind of verdict it is
             out.update(label=self.label, checked=self.checked, quiet=self.quiet)
         return out
 
 
 class VllmSide(NamedTuple):
-    """What the ``vllm`` verdict needs beyond the dry load: the class vLLM would use
-    (``label``), vLLM's refusal of the architecture, why the class is not modelled, and the
-    load as vLLM's ``track_weights_loading`` judges it (``loadkit.loading.track.Tracked``: only
-    for vLLM's native classes, whose layers carry a ``quant_method``)."""
+    """What the ``vllm`` verdict needs beyond the dry load: the class vLLM would use (``via``)
+    and the version of the registry that chose it, vLLM's refusal of the architecture, why the
+    class is not modelled, and the load as vLLM's ``track_weights_loading`` judges it
+    (``loadkit.loading.track.Tracked``: only for vLLM's native classes, whose layers carry a
+    ``quant_method``)."""
 
-    label: str | None = None
+    via: str | None = None
+    version: str = VLLM_VERSION
     refusal: str | None = None
     unmodelled: str | None = None
     tracked: Tracked | None = None
+
+    def verdict(
+        self, clean: bool, problems: list[str], *, checked: bool = True, quiet: bool = False
+    ) -> LoaderVerdict:
+        return LoaderVerdict(VLLM, clean, problems, self.version, self.via, checked, quiet)
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -145,23 +168,22 @@ def vllm_verdict(
     through and leaves them uninitialised (``quiet``)."""
     side = side or VllmSide()
     if side.unmodelled is not None:
-        return LoaderVerdict(VLLM, False, [side.unmodelled], side.label, checked=False)
+        return side.verdict(False, [side.unmodelled], checked=False)
     if side.refusal is not None:
-        return LoaderVerdict(VLLM, False, [f"vLLM refuses it: {side.refusal}"], side.label)
+        return side.verdict(False, [f"vLLM refuses it: {side.refusal}"])
     problems = tp.problems() if tp is not None else []
     raised = index_raises(checkpoint)
     if problems or raised:
-        return LoaderVerdict(VLLM, False, problems + raised, side.label)
+        return side.verdict(False, problems + raised)
     problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
-    quiet = list(side.tracked.quiet) if side.tracked is not None else []
     allowed = {m.name for m in load.missing if m.allowed is not None}
-    quiet = [q for q in quiet if q not in allowed]
+    quiet = [q for q in (side.tracked.quiet if side.tracked else []) if q not in allowed]
     if not problems and quiet and load.clean_but_missing:
-        return LoaderVerdict(VLLM, False, [_uninitialised(quiet)], side.label, quiet=True)
+        return side.verdict(False, [_uninitialised(quiet)], quiet=True)
     if quiet:
         problems.append(f"besides, {_uninitialised(quiet)}")
     clean = load.clean_but_missing and not problems
-    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"], side.label)
+    return side.verdict(clean, [] if clean else problems or ["the load fails"])
 
 
 def _uninitialised(names: list[str]) -> str:
@@ -190,6 +212,7 @@ def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:
         problems.append(_names("missing", missing))
     if load.shape_mismatches:
         problems.append(_names("mismatched", [s.param or s.name for s in load.shape_mismatches]))
+    # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
     counted = ("unexpected", "shape mismatch", "never filled")
     return problems + [p for p in load.problems() if not any(c in p for c in counted)]
 
@@ -201,8 +224,9 @@ def transformers_verdict(
     index (a shard it cannot open makes it raise before it reports any list)."""
     # reading a model.safetensors beside the index, it never opens the shards
     raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
+    version = result.transformers_version
     if raised:
-        return LoaderVerdict(TRANSFORMERS, False, raised)
+        return LoaderVerdict(TRANSFORMERS, False, raised, version)
     problems = _strict(checkpoint, strict_index)
     if result.unexpected:
         problems.append(_names("unexpected", list(result.unexpected)))
@@ -214,7 +238,7 @@ def transformers_verdict(
     problems += list(result.errors)
     if result.reads and problems:
         problems.insert(0, f"reads {result.reads}, not the index")
-    return LoaderVerdict(TRANSFORMERS, not problems, problems)
+    return LoaderVerdict(TRANSFORMERS, not problems, problems, version)
 
 
 def headline(verdicts: list[LoaderVerdict]) -> str:
@@ -274,4 +298,5 @@ def vllm_side(module: Any, loaded: Any) -> VllmSide:
     if choice is None:
         return VllmSide()
     tracked = loaded.tracked if choice.native else None
-    return VllmSide(choice.label, choice.refusal, getattr(module, "vllm_unmodelled", None), tracked)
+    unmodelled = getattr(module, "vllm_unmodelled", None)
+    return VllmSide(choice.via, choice.version, choice.refusal, unmodelled, tracked)

@@ -79,13 +79,25 @@ class VllmClass(NamedTuple):
     adapter: str | None = None  # "classify" or "embed": vLLM's pooling adapter wraps the class
 
     @property
-    def label(self) -> str:
-        """How the report names the loader: ``vllm 0.34.0, native Qwen3MoeForCausalLM``."""
+    def version(self) -> str:
+        """The vLLM release whose registry made the choice."""
+        return VERSION
+
+    @property
+    def via(self) -> str | None:
+        """The class, as a verdict names it: ``native Qwen3MoeForCausalLM``,
+        ``TransformersForCausalLM``, ``native LlamaForCausalLM as classify (pooling adapter)``;
+        ``None`` when vLLM refuses."""
         if self.name is None:
-            return f"vllm {VERSION}"
+            return None
         kind = "native " if self.native else ""
         adapted = f" as {self.adapter} (pooling adapter)" if self.adapter else ""
-        return f"vllm {VERSION}, {kind}{self.name}{adapted}"
+        return f"{kind}{self.name}{adapted}"
+
+    @property
+    def label(self) -> str:
+        """How the report names the loader: ``vllm 0.34.0, native Qwen3MoeForCausalLM``."""
+        return f"vllm {VERSION}, {self.via}" if self.via else f"vllm {VERSION}"
 
     def as_dict(self) -> dict[str, Any]:
         return {

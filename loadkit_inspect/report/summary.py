@@ -1,4 +1,4 @@
-"""The checkpoint section of an inspect report, torch-free.
+"""The checkpoint section of an inspect report: its record, its JSON and its text; torch-free.
 
 Built by ``loadkit_inspect.inspector`` from the safetensors headers alone; the mapper's trace
 is in ``loadkit_inspect.mapper_trace``, the model sections (filled in by the dry load) in
@@ -7,14 +7,19 @@ is in ``loadkit_inspect.mapper_trace``, the model sections (filled in by the dry
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from itertools import compress, groupby
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.errors import printable
+from loadkit.fmt import format_bytes, plural, table
+from loadkit_inspect.report.text import capped, joined_names
+
 if TYPE_CHECKING:
+    from loadkit.checkpoint import IndexProblem
     from loadkit.checkpoint.reader import Checkpoint, TensorInfo
-    from loadkit_inspect.sources.index import IndexProblem
     from loadkit_inspect.sources.resolve import Source
 
 
@@ -65,6 +70,74 @@ class CheckpointSummary(NamedTuple):
             "problems": [p.as_dict() for p in self.problems],
             "source": self.source.as_dict() if self.source else None,
         }
+
+    def render(self, limit: int) -> list[str]:
+        """The checkpoint section's text: files, tensors, bytes, dtypes, shards and the index
+        problems, each list capped at ``limit`` rows."""
+        n = len(self.tensors)
+        lines = [
+            f"checkpoint  {printable(self.path)}",
+            *(self.source.render() if self.source is not None else []),
+            f"  {plural(len(self.files), 'file')}, {plural(n, 'tensor')}, "
+            f"{format_bytes(self.total_bytes)}",
+            "  dtypes  "
+            + ", ".join(
+                f"{d} {plural(k, 'tensor')} ({format_bytes(b)})"
+                for d, (k, b) in self.dtypes.items()
+            ),
+        ]
+        path = self.path
+        if len(self.files) > 1 or os.path.isdir(path) or path.endswith(".json"):  # a remote index
+            lines.append("  shards")
+            rows = [
+                (
+                    printable(os.path.basename(s.file)),
+                    f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}",
+                    format_bytes(s.nbytes),
+                )
+                for s in self.files
+            ]
+            shown = table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)).splitlines()
+            lines += capped(shown, len(rows), limit)
+        if self.problems:
+            lines += _index_problems(self, limit)
+        return lines
+
+
+_SEVERITY = {"fails": 0, "inconsistent": 1, "note": 2}
+
+
+def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
+    """Index problems grouped by kind, shard and what they say (one missing shard of 52 keys is
+    one row), those that stop the load first, at most ``limit`` rows."""
+    failing, inconsistent = len(c.failing), len(c.inconsistent)
+    notes = len(c.problems) - failing - inconsistent
+    head = f"  index problems ({failing + inconsistent})"
+    if failing:
+        head += f": {failing} stop the load (a loader raises)"
+        head += f", {inconsistent} inconsistent (these alone would not)" if inconsistent else ""
+    elif inconsistent:
+        head += ": loads; the index is inconsistent"
+    else:
+        head += ": none"
+    lines = [head + (f"; {plural(notes, 'note')}" if notes else "")]
+    groups: dict[tuple[int, str, str, tuple[str, ...]], list[str | None]] = {}
+    for p in c.problems:
+        key = (_SEVERITY.get(p.severity, 1), p.kind, p.message, p.found_in)
+        groups.setdefault(key, []).append(p.key)
+    rows = []
+    for (_, what_kind, message, _), keys in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        named = [k for k in keys if k is not None]
+        if len(keys) == 1:
+            what = f"'{printable(named[0])}': " if named else ""
+            rows.append(f"    {what_kind}: {what}{printable(message)}")
+            continue
+        shown = joined_names(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
+        rows.append(
+            f"    {what_kind}, {plural(len(keys), 'key')}, each: {printable(message)}"
+            f"\n      {shown}"
+        )
+    return lines + capped(rows, len(rows), limit)
 
 
 def summarize_checkpoint(

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.errors import ModelSpecError
+from loadkit.errors import ModelSpecError, printable
 from loadkit.loading.meta import meta_tensor
+from loadkit_inspect.report.text import capped, joined_problems, shapes
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -152,6 +153,62 @@ class FromPretrained(NamedTuple):
             "ignored": list(self.ignored),
             "reads": self.reads,
         }
+
+    def render(self, limit: int, verdict: Sequence[str] | None = None) -> list[str]:
+        """The ``transformers`` loader's section: what ``from_pretrained`` would report, each
+        list capped at ``limit`` rows; ``verdict``: the problems of its verdict, the index
+        included, when the report has one."""
+        said = "would load cleanly" if self.clean else "would NOT load"
+        if verdict:
+            said = f"would NOT load ({joined_problems(verdict)})"
+        lines = [
+            f"transformers  {self.cls}.from_pretrained, simulated on the meta device",
+            f"  transformers {self.transformers_version}: {said}",
+        ]
+        if self.reads:
+            lines.append(
+                f"  it reads {printable(self.reads)}, not the index: from_pretrained prefers the "
+                "single file (the shards' tensors are vLLM's)"
+            )
+        own = self.problems()
+        if verdict is not None and list(verdict[:1]) != own[:1] and own:
+            if any(p.startswith("raises") for p in verdict):
+                lines.append(
+                    "  (it raises before it reports these lists: they are what the readable"
+                )
+                lines.append("  shards would give once the index problems above are fixed)")
+        return lines + self._list_lines(limit)
+
+    def _list_lines(self, limit: int) -> list[str]:
+        lines = []
+        if self.renamed:
+            rows = [f"    {printable(k)} -> {printable(v)}" for k, v in self.renamed.items()]
+            lines.append(f"  keys transformers renames ({len(rows)})")
+            lines += capped(rows, len(rows), limit)
+        for title, names in (
+            ("unexpected keys", list(self.unexpected)),
+            ("missing: model tensors never filled", list(self.missing)),
+        ):
+            lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
+            lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
+        for title, names in (
+            ("missing, allowed by --allow-missing", list(self.allowed)),
+            ("unexpected, taken by the skip and ignore rules", list(self.ignored)),
+        ):
+            if names:
+                lines.append(f"  {title} ({len(names)})")
+                lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
+        raises = "" if self.ignore_mismatched_sizes else ": from_pretrained raises"
+        lines.append(
+            f"  shape mismatches ({len(self.mismatched)})"
+            + ((raises if self.mismatched else "") or ("" if self.mismatched else ": none"))
+        )
+        rows = [
+            f"    {printable(m.name)}  {shapes(m.checkpoint_shape, m.model_shape)}"
+            for m in self.mismatched
+        ]
+        lines += capped(rows, len(rows), limit)
+        return lines + [f"  error: {printable(e)}" for e in self.errors]
 
 
 def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreTrainedModel]:

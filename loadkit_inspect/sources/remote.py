@@ -29,21 +29,24 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.header import LFS_POINTER_MAX, MAX_HEADER_BYTES, oversized_length
-from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
-from loadkit.checkpoint.shards import INDEX_NAME, MAX_INDEX_BYTES, parse_index, plain_relative
-from loadkit.errors import (
-    CheckpointError,
-    DuplicateKeyError,
-    HeaderError,
-    ShardIndexError,
-    TruncatedCheckpointError,
+from loadkit.checkpoint import (
+    INDEX_NAME,
+    MAX_INDEX_BYTES,
+    Checkpoint,
+    Layout,
+    TensorInfo,
+    index_entries,
+    parse_index,
+    read_header_ranges,
+    read_layout,
 )
+from loadkit.errors import CheckpointError, TruncatedCheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from http.client import HTTPResponse
 
     import torch
@@ -294,59 +297,36 @@ def _network_problem(reason: object, timeout: float) -> str:
 
 
 def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str | None]:
-    head, size = client.get_range(url, 0, 8)
-    client.fetched.size += size
-    if len(head) < 8:
-        raise TruncatedCheckpointError(
-            url, f"file is {size} bytes, too short for the 8-byte header length"
-        )
-    n = int.from_bytes(head, "little")
-    if n > MAX_HEADER_BYTES:  # a small file starting so may be a Git LFS pointer: read it
-        if size <= LFS_POINTER_MAX and head == b"version ":
-            head, _ = client.get_range(url, 0, size)
-        raise HeaderError(url, oversized_length(bytes(head), n, size))
-    if n > size - 8:
-        raise TruncatedCheckpointError(
-            url, f"header claims {n} bytes but only {size - 8} follow the length field"
-        )
-    if n == 0:
-        raw = bytearray()
-    else:
-        # the start first: a header that is not an object is refused before 100 MB arrive
-        raw, _ = client.get_range(url, 8, n, lambda start: check_header_start(url, start))
-    return decode_header(url, raw, size - 8 - n)
+    """A shard's header by Range requests: its length, then the header (checked as a local
+    one is); the file's size, as the server reports it, counted in ``fetched``."""
+    sizes: list[int] = []
+
+    def read_range(
+        start: int, length: int, check_start: Callable[[bytearray], None] | None
+    ) -> tuple[bytearray, int]:
+        body, size = client.get_range(url, start, length, check_start)
+        if not sizes:
+            sizes.append(size)
+            client.fetched.size += size
+        return body, size
+
+    return read_header_ranges(url, read_range)
 
 
-def _shard_urls(client: _Client, url: str) -> tuple[list[str], dict[str, str]]:
-    """The shard URLs an index names (sorted by file name, each once) and its weight map with
-    each entry replaced by its shard's URL."""
+def _index_layout(client: _Client, url: str) -> Layout:
+    """The shards an index names (by file name, each once), each its URL beside the index."""
     raw = client.get(url, MAX_INDEX_BYTES)
     client.fetched.size += len(raw)
     data = parse_index(raw, url)
-    weight_map = data.get("weight_map")
-    if not isinstance(weight_map, dict):
-        raise ShardIndexError(url, "'weight_map' is missing or not an object")
+    weight_map = index_entries(data, url, "beside the index")
     base = urllib.parse.urlsplit(url)
     folder = posixpath.dirname(base.path)
-    by_entry: dict[Any, str] = {}
-    resolved: dict[str, str] = {}
-    for key, entry in weight_map.items():
-        if isinstance(entry, str) and entry in by_entry:
-            resolved[key] = by_entry[entry]
-            continue
-        plain = plain_relative(entry)
-        if plain is None:
-            raise ShardIndexError(
-                url,
-                f"names shard {entry!r}, which is not a plain file name beside the index "
-                "(no absolute path, no '..')",
-                key,
-            )
+    urls = {}
+    for plain in set(weight_map.values()):
         path = posixpath.join(folder, urllib.parse.quote(plain))
-        shard = urllib.parse.urlunsplit((base.scheme, base.netloc, path, "", ""))
-        resolved[key] = by_entry[entry] = shard
-    files = sorted(set(resolved.values()), key=lambda u: posixpath.basename(u))
-    return files, resolved
+        urls[plain] = urllib.parse.urlunsplit((base.scheme, base.netloc, path, "", ""))
+    order = sorted(urls, key=lambda plain: (posixpath.basename(urls[plain]), urls[plain]))
+    return Layout(url, url, {plain: urls[plain] for plain in order}, {}, weight_map)
 
 
 def open_remote(
@@ -376,33 +356,8 @@ def open_remote(
     host = (urllib.parse.urlsplit(url).hostname or "").lower()
     client = _Client(timeout, direct=host in _LOOPBACK or host.startswith("127."))
     if kind == "file":
-        files, weight_map = [url], None
+        layout = Layout(url, None, {url: url}, {}, {})
     else:
-        files, weight_map = _shard_urls(client, url)
-    tensors: dict[str, TensorInfo] = {}
-    metadata: dict[str, str | None] = {}
-    for done, file in enumerate(files):
-        if progress is not None:
-            progress(done, len(files))
-        infos, metadata[file] = _read_header(client, file)
-        for name, info in infos.items():
-            if name in tensors:
-                raise DuplicateKeyError(
-                    file,
-                    f"also stored in {tensors[name].file} (shapes {list(tensors[name].shape)} "
-                    f"and {list(info.shape)})",
-                    name,
-                )
-            tensors[name] = info
-    if progress is not None:
-        progress(len(files), len(files))
-    for key, file in (weight_map or {}).items():
-        held = tensors.get(key)
-        if held is None or held.file != file:
-            where = "no shard" if held is None else held.file
-            raise ShardIndexError(
-                url,
-                f"says shard '{posixpath.basename(file)}' holds it, but {where} does",
-                key,
-            )
-    return RemoteCheckpoint(url, files, tensors, metadata, client)
+        layout = _index_layout(client, url)
+    merged = read_layout(layout, lambda file: _read_header(client, file), progress=progress)
+    return RemoteCheckpoint(url, merged.files, merged.tensors, merged.metadata_text, client)

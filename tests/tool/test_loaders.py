@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from importlib.metadata import version
 
 import pytest
 from hf_cases import ARCHS, m_wrapper_prefix, read_tensors, write_variant
@@ -15,6 +17,7 @@ from loadkit_inspect.cli.main import main
 
 # Untouched checkpoints transformers loads and vLLM 0.34.0 refuses (docs/fidelity.md), with the
 # first line inspect prints for each: the class vLLM would use, then its verdict.
+TRANSFORMERS = f"transformers {version('transformers')}"
 REFUSED_BY_VLLM = {
     "bart": "vllm 0.34.0, TransformersForCausalLM: would NOT load (1 unexpected: "
     "final_logits_bias)",
@@ -32,16 +35,19 @@ REFUSED_BY_VLLM = {
 @pytest.mark.parametrize("arch", sorted(REFUSED_BY_VLLM))
 def test_the_first_lines_say_which_loader_loads_it(arch, hf_clean):
     report = inspect_checkpoint(hf_clean(arch), model="hf")
-    first = report.render().split("\n\n")[0].splitlines()
-    joined = " ".join(line.strip() for line in first).replace(" | ", " ")
-    assert joined == f"transformers: would load cleanly {REFUSED_BY_VLLM[arch]}"
+    # one loader a line when they do not fit on one; a long verdict goes on, indented
+    first = re.sub(r"\n +", " ", report.render().split("\n\n")[0]).splitlines()
+    joined = " | ".join(first)
+    assert joined == f"{TRANSFORMERS}: would load cleanly | {REFUSED_BY_VLLM[arch]}"
     assert report.loaders is not None
     assert report.loaders["transformers"].clean and not report.loaders["vllm"].clean
     assert (report.clean, report.exit_status) == (False, 1)
     # Each loader alone decides the exit status when selected.
     only_tf = inspect_checkpoint(hf_clean(arch), model="hf", loader="transformers")
     assert (only_tf.clean, only_tf.exit_status) == (True, 0)
-    assert only_tf.render().splitlines()[-1] == "verdict: transformers: would load cleanly (exit 0)"
+    assert (
+        only_tf.render().splitlines()[-1] == f"verdict: {TRANSFORMERS}: would load cleanly (exit 0)"
+    )
     only_vllm = inspect_checkpoint(hf_clean(arch), model="hf", loader="vllm")
     assert only_vllm.exit_status == 1 and only_vllm.from_pretrained is None
 
@@ -68,6 +74,7 @@ def test_json_has_both_columns(hf_clean, capsys):
     assert doc["schema"] == 7 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
+        "version": version("transformers"),
         "clean": True,
         "problems": [],
     }
@@ -101,10 +108,9 @@ def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_p
     report = inspect_checkpoint(folder, model="hf")
     assert report.loaders is not None
     assert not report.loaders["vllm"].checked and not report.loaders["transformers"].clean
-    import transformers
 
     assert report.loaders["transformers"].problems == [
-        f"transformers {transformers.__version__} has no model class 'MyLlamaForCausalLM' (the "
+        f"transformers {version('transformers')} has no model class 'MyLlamaForCausalLM' (the "
         "config's architectures[0])"
     ]
     assert "remote code for MyLlamaForCausalLM" in report.loaders["vllm"].phrase()
@@ -140,7 +146,7 @@ def test_a_class_vllm_adapts_is_not_checked(hf_clean):
     )
     assert report.exit_status == 0
     first = " ".join(line.strip() for line in report.render().split("\n\n")[0].splitlines())
-    assert first.startswith("transformers: would load cleanly vllm 0.34.0, native ")
+    assert first.startswith(f"{TRANSFORMERS}: would load cleanly vllm 0.34.0, native ")
     assert "not checked (vLLM 0.34.0 would serve LlamaForSequenceClassification" in first
     # asked for the Transformers backend, it is checked
     backend = inspect_checkpoint(hf_clean("llama-cls"), model="hf", model_impl="transformers")

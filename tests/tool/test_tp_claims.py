@@ -3,6 +3,8 @@
 checks, never "would load cleanly on each rank" for ranks it did not simulate. vLLM's native
 classes have tensor-parallel layers: tests/tool/test_native_tp.py."""
 
+from importlib.metadata import version
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -41,9 +43,10 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
     )
     flat = " ".join(out.split())  # the columns wrap
     head = " ".join(out.split("\n\n")[0].split())
-    assert head == f"transformers: would load cleanly {BACKEND}: would NOT load ({refusal})"
+    tf = f"transformers {version('transformers')}"
+    assert head == f"{tf}: would load cleanly {BACKEND}: would NOT load ({refusal})"
     verdict = " ".join(out[out.index("\nverdict:") :].split())
-    said = f"transformers: would load cleanly {BACKEND}: would NOT load ({refusal})"
+    said = f"{tf}: would load cleanly {BACKEND}: would NOT load ({refusal})"
     assert verdict == f"verdict: {said} (exit 1)"
     # each message once: the section lists every error, the verdict only what vLLM raises
     assert flat.count("Total number of attention heads (4)") == 3  # headline, section, verdict
@@ -59,6 +62,7 @@ def test_the_json_verdict_is_the_exit_status_and_the_refusal_is_vllms(llama_4_he
     assert doc["load"]["clean"] is True  # the dry load alone: every key placed
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
+        "version": version("transformers"),
         "clean": True,
         "problems": [],
     }
@@ -126,7 +130,8 @@ def test_tp_4_replicates_the_kv_heads_and_says_no_rank_was_simulated(llama_4_hea
     tp = r.tensor_parallel
     assert r.exit_status == 0 and not tp.simulated and tp.ranks == []
     assert [(f.severity, f.subject) for f in tp.findings] == [("note", "kv replication")]
-    verdict = r.render().splitlines()[-1]
+    text = r.render()
+    verdict = " ".join(text[text.index("\nverdict:") :].split())  # the columns wrap
     assert "ranks" not in verdict.replace("no rank simulated", "")
     assert verdict.startswith("verdict: ") and verdict.endswith(
         "would load cleanly (tp=4: the config's head counts and vocabulary split "

@@ -17,6 +17,7 @@ import pytest
 from repo_paths import DATA, REPO
 
 from loadkit.models.transformers.config import INSTALL_HINT
+from loadkit.terms import VLLM_VERSION
 
 WITHOUT_TRANSFORMERS = """
 import runpy, sys
@@ -105,16 +106,16 @@ def test_everything_else_runs_without_transformers():
         import importlib, json, pathlib
         import loadkit
         names = []
-        package = pathlib.Path(loadkit.__file__).parent
-        for path in sorted(package.rglob("*.py")):
-            parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        root = pathlib.Path(loadkit.__file__).parent.parent
+        packages = ("loadkit", "loadkit_inspect", "loadkit_notebooks")
+        for path in sorted(p for part in packages for p in (root / part).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             if parts[-1] != "__main__":
                 names.append(".".join(parts))
         for name in names:
             importlib.import_module(name)
-        from loadkit import open_checkpoint
         from loadkit_inspect import inspect_checkpoint
         from loadkit.models.plamo2 import Plamo2Config, Plamo2ForCausalLM, make_checkpoint
         report = inspect_checkpoint({str(DATA / "plamo2" / "untied.safetensors")!r}, model="plamo2")
@@ -137,4 +138,4 @@ def test_a_built_in_model_on_the_command_line_without_transformers():
         "inspect", str(DATA / "plamo2" / "untied.safetensors"), "--model", "plamo2"
     )
     assert out.returncode == 0, out.stderr
-    assert "verdict: would load cleanly" in out.stdout
+    assert f"verdict: vllm {VLLM_VERSION}: would load cleanly" in out.stdout

@@ -31,14 +31,14 @@ def require_torch(what: str) -> None:
     ``pip install loadkit`` is the library's torch-free parts and the header-only inspect;
     whatever loads, counts or simulates needs ``pip install 'loadkit[torch]'``.
 
+    Looked up, not imported (a step that fails on its input first never pays for torch).
+
     >>> require_torch("loadkit.loading")  # torch is installed here: nothing happens
     """
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"{what} needs torch, which cannot be imported here ({exc}): {TORCH_HINT}"
-        ) from None
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None:  # also where sys.modules["torch"] is None
+        raise MissingExtraError(f"{what} needs torch, which is not installed: {TORCH_HINT}")
 
 
 class BehaviourError(LoadkitError):

@@ -190,8 +190,7 @@ def _unmodelled(choice: VllmClass) -> str | None:
     if choice.native and choice.name not in CLASSES:
         return (
             f"vLLM 0.34.0 would use its native {choice.name}, which loadkit does not "
-            f"re-implement (it does: {', '.join(sorted(CLASSES))}); --model-impl transformers "
-            "checks the Transformers backend instead"
+            "re-implement; --model-impl transformers checks the Transformers backend instead"
         )
     if not choice.native and choice.name not in BACKEND_TASKS:
         return (

@@ -533,7 +533,6 @@ MAX_FUNCTION_LINES = 60  # from its def to its last line, its docstring left out
 LONG_FUNCTIONS = {
     "loadkit.models.transformers.base:_create_hf_to_vllm_mapper",
     "loadkit.pooling.adapter:_pooling_class",
-    "loadkit_notebooks.stories.reload:counter_figure",
 }
 
 

@@ -38,7 +38,7 @@ DEVIATIONS = {
     "mapper-build": "bad mapper rules fail when the mapper is built",
     "stacked-none": "a stacked rule may map to None (drop)",
     "str-regex": "orig_to_new_regex keys may be strings",
-    "nan-fill": "reload fills what no load reached with NaN, not uninitialised memory",
+    "stale-fill": "before 0.34.0, reload fills what no load wrote with a chosen value",
     "bias-on-meta": "reload puts a parameter named bias on meta like any other",
     "late-load": "reload drops every load for a finalised layer",
     "tied-reload": "reload refuses tied parameters",

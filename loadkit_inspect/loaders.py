@@ -30,7 +30,7 @@ from loadkit.fmt import plural
 from loadkit.terms import VLLM_VERSION
 
 if TYPE_CHECKING:
-    from loadkit.loading.track import Tracked
+    from loadkit.loading import Tracked
     from loadkit_inspect.report.records import LoadReport
     from loadkit_inspect.report.summary import CheckpointSummary
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
@@ -280,7 +280,7 @@ def hf_config(module: Any) -> Any:
     found = getattr(module, "hf_config", None)
     if found is not None:
         return found
-    from loadkit.models.transformers.base import Base
+    from loadkit.models.transformers import Base
 
     return module.config if isinstance(module, Base) else None
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
 
-    from loadkit.checkpoint.reader import Checkpoint
+    from loadkit.checkpoint import Checkpoint
     from loadkit_inspect.models.vllm import VllmClass
 
 # spec name -> wrapper task (None: chosen from the config's architecture, as upstream)
@@ -66,8 +66,8 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | 
     source = parsed.config or checkpoint
     if source is None:
         raise ModelSpecError(f"--model {spec!r}: no checkpoint folder to read config.json from")
-    from loadkit.checkpoint.reader import Checkpoint
-    from loadkit.models.transformers.config import config_path, read_config_dict
+    from loadkit.checkpoint import Checkpoint
+    from loadkit.models.transformers import config_path, read_config_dict
     from loadkit_inspect.sources.resolve import is_url
 
     if isinstance(source, Checkpoint) and is_url(source.path):
@@ -82,7 +82,7 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | 
 def _remote_source(spec: str, task: str | None, checkpoint: Checkpoint) -> HFSource:
     """The ``config.json`` beside a remote checkpoint, fetched (and counted in its tally)."""
     from loadkit.errors import CheckpointError
-    from loadkit.models.transformers.config import CONFIG_NAME, config_dict
+    from loadkit.models.transformers import CONFIG_NAME, config_dict
     from loadkit_inspect.sources.remote import RemoteCheckpoint
 
     if not isinstance(checkpoint, RemoteCheckpoint):
@@ -110,7 +110,7 @@ def build_from_source(
     carries ``vllm_class`` (which class, why), ``vllm_unmodelled`` (``None``, or why the vllm
     column is not checked), ``hf_config`` and ``config_source``.
     """
-    from loadkit.models.transformers.config import config_from_dict
+    from loadkit.models.transformers import config_from_dict
     from loadkit_inspect.models.vllm import resolve
 
     config = config_from_dict(source.data, source.path)
@@ -161,7 +161,7 @@ def _known_somewhere(choice: VllmClass, path: str) -> None:
 
 
 def _asked_for(config: PretrainedConfig, task: str) -> VllmClass:
-    from loadkit.models.transformers.wrappers import WRAPPERS
+    from loadkit.models.transformers import WRAPPERS
     from loadkit_inspect.models.vllm import VllmClass
 
     if task not in WRAPPERS:
@@ -204,7 +204,7 @@ def _native(config: PretrainedConfig, choice: VllmClass, path: str, device: str)
     import torch
 
     from loadkit.models.native import native_class
-    from loadkit.models.transformers.config import one_line
+    from loadkit.models.transformers import one_line
 
     assert choice.name is not None
     cls = native_class(choice.name)
@@ -227,8 +227,7 @@ def _backend_wrapper(
 ) -> nn.Module:
     """The Transformers backend's wrapper: the one vLLM uses, or the plain one of the same task
     standing in for a class loadkit does not model."""
-    from loadkit.models.transformers.config import one_line
-    from loadkit.models.transformers.wrappers import WRAPPERS
+    from loadkit.models.transformers import WRAPPERS, one_line
     from loadkit_inspect.models.vllm import backend_class
 
     name = choice.name if choice.name and choice.name.startswith("Transformers") else None

@@ -26,10 +26,14 @@ from typing import NamedTuple
 
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
-from loadkit.loading.meta import meta_copy
-from loadkit.loading.tensors import loadable_tensors
-from loadkit.loading.track import Tracked, forget_parts, track_weights_loading
+from loadkit.checkpoint import TensorInfo
+from loadkit.loading import (
+    Tracked,
+    forget_parts,
+    loadable_tensors,
+    meta_copy,
+    track_weights_loading,
+)
 from loadkit.mapper import WeightsMapper
 from loadkit_inspect.options import LoadRules
 from loadkit_inspect.progress import Count

@@ -24,6 +24,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+__all__ = ["CLASSES", "native_class"]
+
 # vLLM class name -> "module:attr" of loadkit's re-implementation.
 CLASSES: dict[str, str] = {
     "LlamaForCausalLM": "loadkit.models.native.llama:LlamaForCausalLM",

@@ -13,7 +13,7 @@ import json
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.dtypes import DTYPES
+from loadkit.checkpoint import DTYPES
 from loadkit.errors import printable
 from loadkit.fmt import plural
 from loadkit_inspect.report.layout import LayoutNode, build_layout
@@ -22,7 +22,7 @@ from loadkit_inspect.report.summary import CheckpointSummary
 from loadkit_inspect.report.text import joined_problems
 
 if TYPE_CHECKING:
-    from loadkit.pooling.probe import ProbeRecord
+    from loadkit.pooling import ProbeRecord
     from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
     from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.mapper_trace import MapperReport

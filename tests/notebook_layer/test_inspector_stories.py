@@ -32,10 +32,15 @@ def test_every_data_checkpoint_loads_cleanly_into_its_builtin_model(in_notebooks
     # Every built-in has data. The vision tower's opens header-only in the panel: its own mapper
     # is vLLM 0.28.0's stacked stage, which fails on it on purpose (bug 5, notebook 06).
     tower = "../data/vision_tower/model.safetensors"
-    assert {debug.model_for(p) for p in paths if p != tower} == set(BUILTIN) - {"vision-tower"}
+    # Notebook 07's padded MoE is no built-in (its model is not sized from a header): the
+    # panel opens it header-only.
+    unbuilt = {p for p in paths if "/padded_moe/" in p}
+    assert {debug.model_for(p) for p in unbuilt} <= {debug.HEADER_ONLY}
+    rest = [p for p in paths if p != tower and p not in unbuilt]
+    assert {debug.model_for(p) for p in rest} == set(BUILTIN) - {"vision-tower"}
     report = inspect_checkpoint(tower, model="vision-tower")
     assert report.load.problems() == ["8 unexpected"] and report.mapper.rematches
-    for path in (p for p in paths if p != tower):
+    for path in rest:
         report = inspect_checkpoint(path, model=debug.model_for(path))
         assert report.clean, (path, report.load.problems())
         assert report.load.filled == report.model.parameters
@@ -45,6 +50,8 @@ def test_builtin_models_are_built_on_meta_and_sized_from_the_header(in_notebooks
     specs = {p: debug.model_for(p) for p in debug.data_checkpoints()}
     specs["../data/vision_tower/model.safetensors"] = "vision-tower"  # header-only in the panel
     for path, name in specs.items():
+        if name == debug.HEADER_ONLY:  # no built-in reads it (notebook 07's padded MoE)
+            continue
         model, spec = build_model(name, open_checkpoint(path).tensors)
         assert all(p.is_meta for p in model.parameters()), spec
 

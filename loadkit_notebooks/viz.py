@@ -189,6 +189,8 @@ class Explorer:
         layout: Callable[[Explorer], tuple[Any, ...]],
         describe: Callable[[Explorer], str],
     ) -> None:
+        # ``records``: what the toggle swaps between, where the story keeps them ({} where the
+        # toggle picks a run the notebook's function makes on demand)
         self.records = records
         self.toggle = toggle
         self.parts = dict(parts)

@@ -19,6 +19,7 @@ import torch
 
 from loadkit.fmt import table
 from loadkit.reload.layerwise import ReloadStep
+from loadkit_notebooks.viz import Explorer
 
 VERSION_COLOURS = {"0.30.0": "#d1495b", "0.31.0": "#edae49", "0.34.0": "#2e86ab"}
 PAD_RANGE = 2.0  # the heatmap's colour scale: the checkpoint's values and the stale pattern fit
@@ -261,39 +262,31 @@ def forward_figure(run: PaddedRun) -> Any:
     return fig
 
 
-@dataclass
-class Explorer:
-    """The version toggle and the three charts it drives. ``reload`` is the notebook's own
-    function (called once per version, then remembered)."""
+def _layout(ex: Explorer) -> tuple[Any, ...]:
+    """Three outputs for one cell: the toggle with the counts, the padding, the logits."""
+    from loadkit_notebooks.chart import Panel
 
-    reload: Reload
-    toggle: Any
-    counts: Any  # Chart: each layer's count against its total
-    pad: Any  # Chart: one expert's w13_weight, padding outlined
-    logits: Any  # Chart: logits unlike a fresh load's, per position
+    return Panel(ex.toggle, ex.counts, chart=ex.counts), ex.pad, ex.logits
 
-    def outputs(self) -> tuple[Any, Any, Any]:
-        """Three outputs for one cell: the toggle with the counts, the padding, the logits."""
-        from loadkit_notebooks.chart import Panel
 
-        return Panel(self.toggle, self.counts, chart=self.counts), self.pad, self.logits
-
-    def state(self) -> str:
-        """Everything the widgets show, as text (what nbval compares)."""
-        run = self.reload(self.toggle.value)
-        experts = [c for c in run.layers if c.layer.endswith(".experts")]
-        return "\n".join(
-            [
-                f"[vLLM {run.version}]",
-                *(f"  {c.layer}: {c.counted}/{c.total}, by {c.finalised_by}" for c in experts),
-                f"  padding reads {_pad_words(run)}; logits unlike a fresh load's: {_logits(run)}",
-            ]
-        )
+def _describe(ex: Explorer) -> str:
+    """Everything the widgets show, as text (what nbval compares)."""
+    run = ex.reload(ex.toggle.value)
+    experts = [c for c in run.layers if c.layer.endswith(".experts")]
+    return "\n".join(
+        [
+            f"[vLLM {run.version}]",
+            *(f"  {c.layer}: {c.counted}/{c.total}, by {c.finalised_by}" for c in experts),
+            f"  padding reads {_pad_words(run)}; logits unlike a fresh load's: {_logits(run)}",
+        ]
+    )
 
 
 def explorer(reload: Reload, versions: Sequence[str]) -> Explorer:
-    """Build the toggle and charts over the notebook's ``reload(version)``; they start on the
-    first version."""
+    """Build the toggle and charts over the notebook's ``reload(version)`` (called once per
+    version, then remembered): each layer's count against its total (``counts``), one expert's
+    ``w13_weight`` with its padding outlined (``pad``), the logits unlike a fresh load's
+    (``logits``). They start on the first version."""
     import ipywidgets as widgets
 
     from loadkit_notebooks.chart import Chart
@@ -311,7 +304,8 @@ def explorer(reload: Reload, versions: Sequence[str]) -> Explorer:
         logits.draw(forward_figure(run))
 
     toggle.observe(refresh, names="value")
-    return Explorer(reload, toggle, counts, pad, logits)
+    parts = {"reload": reload, "counts": counts, "pad": pad, "logits": logits}
+    return Explorer({}, toggle, parts, layout=_layout, describe=_describe)
 
 
 # --- the two modes side by side: an update that does not send D ---------------------------------

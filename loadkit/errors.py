@@ -10,6 +10,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+__all__ = [
+    "TORCH_HINT",
+    "BehaviourError",
+    "CheckpointError",
+    "DuplicateKeyError",
+    "ExcessiveLoadWarning",
+    "HeaderError",
+    "HeaderProblem",
+    "LoadkitError",
+    "MapperConfigError",
+    "MissingExtraError",
+    "MissingShardIdError",
+    "ModelSpecError",
+    "NestedWeightError",
+    "NotDivisibleError",
+    "PartialLayerWarning",
+    "ReloadStateError",
+    "ShapeMismatchError",
+    "ShardIdError",
+    "ShardIndexError",
+    "TensorParallelError",
+    "TruncatedCheckpointError",
+    "UnknownNameError",
+    "UnloadedLayerWarning",
+    "WeightLoadError",
+    "nearest_names",
+    "printable",
+    "require_torch",
+]
+
 
 class LoadkitError(ValueError):
     """Base class of every loadkit error (also ``from loadkit import LoadkitError``)."""

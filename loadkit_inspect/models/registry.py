@@ -24,7 +24,7 @@ from loadkit.errors import LoadkitError, ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+    from loadkit.checkpoint import Checkpoint, TensorInfo
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
@@ -144,7 +144,7 @@ def _call(
 def _on_meta(build: Callable[[], Any], spec: str) -> nn.Module:
     from torch import nn
 
-    from loadkit.loading.meta import on_meta
+    from loadkit.loading import on_meta
 
     try:
         with on_meta():
@@ -192,18 +192,20 @@ def build_model(
     model_args: Mapping[str, Any] | None = None,
     *,
     checkpoint: str | Checkpoint | None = None,
+    model_impl: str = "auto",
 ) -> tuple[nn.Module, str]:
     """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
     to ``checkpoint``, a path or an opened checkpoint, or at the spec's path), a
     ``module:callable`` spec, a callable or a module. A callable taking one argument gets the
-    checkpoint's ``tensors`` to size itself;
-    ``model_args`` are passed to a callable as keyword arguments (``--model-arg key=value``)."""
+    checkpoint's ``tensors`` to size itself; ``model_args`` are passed to a callable as keyword
+    arguments (``--model-arg key=value``); ``model_impl`` is vLLM's ``--model-impl`` for an
+    ``hf`` spec (``loadkit_inspect.models.vllm``)."""
     kwargs = dict(model_args or {})
     if not isinstance(spec, str):
         from torch import nn
 
         if isinstance(spec, nn.Module) and not kwargs:
-            from loadkit.loading.meta import meta_copy
+            from loadkit.loading import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec) and not isinstance(spec, nn.Module):
@@ -229,7 +231,8 @@ def build_model(
         from loadkit_inspect.models.hf import build_from_source, read_hf_source
 
         source = read_hf_source(spec, checkpoint)  # the usual mistakes fail before torch loads
-        return _on_meta(lambda: build_from_source(source, device="meta"), spec), spec
+        build = lambda: build_from_source(source, device="meta", model_impl=model_impl)  # noqa: E731
+        return _on_meta(build, spec), spec
     if ":" not in spec:
         raise ModelSpecError(
             f"--model {spec!r}: not a built-in model ({', '.join(BUILTIN)}), not "

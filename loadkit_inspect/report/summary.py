@@ -18,8 +18,7 @@ from loadkit.fmt import format_bytes, plural, table
 from loadkit_inspect.report.text import capped, joined_names
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint import IndexProblem
-    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+    from loadkit.checkpoint import Checkpoint, IndexProblem, TensorInfo
     from loadkit_inspect.sources.resolve import Source
 
 

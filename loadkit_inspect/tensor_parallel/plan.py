@@ -15,9 +15,9 @@ from typing import Any
 
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
+from loadkit.checkpoint import TensorInfo
 from loadkit.errors import LoadkitError
-from loadkit.parallel.checks import size_findings
+from loadkit.parallel import size_findings
 from loadkit_inspect.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
 from loadkit_inspect.tensor_parallel.share import RankShare, simulate_rank
 
@@ -127,8 +127,7 @@ def _findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
 
 
 def _has_parallel_layers(model: nn.Module) -> bool:
-    from loadkit.parallel.linear import ColumnParallelLinear, RowParallelLinear
-    from loadkit.parallel.vocab_parallel_embedding import VocabParallelEmbedding
+    from loadkit.parallel import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
 
     kinds = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
     return any(isinstance(m, kinds) for m in model.modules())
@@ -169,7 +168,7 @@ def tp_report(
     tp: int,
 ) -> TPReport:
     """Simulate every rank of ``tp`` (``build()`` runs inside each rank's simulated group)."""
-    from loadkit.parallel.state import simulated_group, use_group
+    from loadkit.parallel import simulated_group, use_group
 
     report = TPReport(tp)
     if tp < 1:
@@ -178,21 +177,25 @@ def tp_report(
     with use_group(simulated_group(0, 1)):
         model = build()
         findings = _findings(model, tp)
-    if findings is None and not _has_parallel_layers(model):
-        # Every rank would hold the whole model here: simulating ranks proves nothing about tp.
-        checked = config_findings(model, tp)
-        if checked is None:
+    parallel = _has_parallel_layers(model)
+    from_config = getattr(model, "hf_config", None) is not None  # --model hf: vLLM's order
+    if findings is None and (from_config or not parallel):
+        # vLLM checks the config before it builds anything (the heads), then each layer as
+        # it is built on each rank: the config's findings first, then the ranks.
+        findings = config_findings(model, tp)
+        if findings is None and not parallel:
             raise LoadkitError(
                 f"--tp {tp}: {type(model).__name__} has no tensor-parallel layers and no config "
                 "with num_attention_heads: there is nothing of what vLLM checks for tp to check "
                 "here, and no rank's share to simulate"
             )
-        report.findings, report.simulated = checked, False
-        return report
-    if findings is not None:
-        report.findings = findings
+        if not parallel:
+            # Every rank would hold the whole model here: simulating ranks proves nothing.
+            report.findings, report.simulated = findings or [], False
+            return report
+    report.findings = findings or []
     if not report.ok:
-        return report  # the model says it cannot be split this way: nothing to simulate
+        return report  # vLLM refuses this split before any weight is loaded
     try:
         report.ranks = [simulate_rank(tensors, r, tp, build) for r in range(tp)]
     except LoadkitError as exc:  # building failed: a size that does not split

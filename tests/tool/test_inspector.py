@@ -304,14 +304,15 @@ def test_model_mapper_and_probe_verdicts(tmp_path):
     r = inspect_checkpoint(f, model=Gemmaish, probe=True)
     assert r.mapper.source == "Gemmaish.hf_to_vllm_mapper"
     old, new = r.probe["old"], r.probe["new"]
-    assert (old.hit, old.walked, old.cloned_bytes) == (False, 3, r.checkpoint.total_bytes)
+    assert (old.hit, old.walked, old.walked_bytes) == (False, 3, r.checkpoint.total_bytes)
+    assert old.cloned is False  # vLLM 0.34.0's default load format: held without a clone
     assert (new.prefix, new.hit_index, new.hit_key, new.walked) == (
         "",
         0,
         "model.language_model.embed.weight",
         1,
     )
-    assert new.cloned_bytes == 160
+    assert new.walked_bytes == 160
     status = {k.name: (k.status, k.mapped, k.target, k.rule) for k in r.load.keys}
     assert status["model.vision_tower.patch.weight"][0] == "dropped by mapper"
     assert status["model.vision_tower.patch.weight"][3] == "substr 'vision_tower'"
@@ -323,7 +324,8 @@ def test_model_mapper_and_probe_verdicts(tmp_path):
     )
     assert r.clean is True
     d = json.loads(r.to_json())
-    assert d["probe"]["old"]["clones"] == 3 and d["probe"]["new"]["clones"] == 1
+    assert d["probe"]["old"]["walked"] == 3 and d["probe"]["new"]["walked"] == 1
+    assert d["probe"]["old"]["cloned"] is False and d["probe"]["old"]["load_format"] == "auto"
     assert "no hit: walks all 3 keys" in r.render()
 
 

@@ -41,7 +41,7 @@ __all__ = ["DryLoad", "dry_load", "model_summary"]
 class DryLoad(NamedTuple):
     report: LoadReport
     mapper: WeightsMapper | None  # the mapper the root AutoWeightsLoader loaded with
-    autoloader: bool  # did the model load through an AutoWeightsLoader rooted at it?
+    auto_loader_at_root: bool  # did the model load through an AutoWeightsLoader rooted at it?
 
 
 def dry_load(
@@ -62,7 +62,7 @@ def dry_load(
         mapper: the mapper to load with when the model has no ``load_weights`` of its own; with
             ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
         extend: rules the root ``AutoWeightsLoader`` applies after its own, stage by stage.
-        rules: rules added to the root loader's, and rules for the verdict.
+        rules: rules added to the root AutoWeightsLoader's, and rules for the verdict.
         progress: called with (names fed, names in all) as each pass feeds the model.
 
     Returns:

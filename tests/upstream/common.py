@@ -35,6 +35,7 @@ DEVIATIONS = {
     "caller-lists": "the caller's skip/ignore lists are never changed",
     "dtype-log": "no log line for a weight of another dtype than its parameter",
     "embedding-class": "an nn.Embedding is a vocabulary embedding for the tied-alias skip",
+    "shard-tuple": "a tuple shard id (a span of a merged layer's shards) is refused",
     "errors": "errors are loadkit.errors ValueErrors naming parameter, key and shapes",
     "error-messages": "an unknown name lists the nearest names, not every parameter",
     "mapper-build": "bad mapper rules fail when the mapper is built",

@@ -443,12 +443,8 @@ def judge_loaders(
     verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
     from_pretrained = None
     if TRANSFORMERS in selected:
-        from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
-
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        infos, reads = _transformers_reads(read)
-        from_pretrained = from_pretrained_verdict(config, infos).under(options.rules)
-        from_pretrained = from_pretrained._replace(reads=reads)
+        from_pretrained = _from_pretrained(read, config).under(options.rules)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict
         )
@@ -456,21 +452,24 @@ def judge_loaders(
     return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
-def _transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
-    """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
-    beside its index (transformers prefers it and never opens the shards), else the
-    checkpoint's; and that file's name, or ``None``."""
-    from loadkit.checkpoint.reader import read_safetensors_header
-    from loadkit_inspect.sources.index import single_file_beside_index
+def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
+    """``from_pretrained`` simulated on the files it reads (a folder: chosen as transformers
+    chooses them; a file or a URL: that checkpoint). Where it raises before loading (no file
+    it reads, one it cannot open), the lists are those of what it could read: of every file
+    when it reads none (what it would give once they are laid out as it reads them)."""
+    from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
+    from loadkit_inspect.sources.files import read_chosen, transformers_files
 
-    single = single_file_beside_index(read.checkpoint.path)
-    if single is None:
-        return read.infos, None
-    try:
-        infos, _ = read_safetensors_header(single)
-    except LoadkitError:  # unreadable: from_pretrained fails on it; the index problems say why
-        return read.infos, None
-    return list(infos.values()), single.name
+    folder = read.checkpoint.path
+    if read.summary.source is None or not os.path.isdir(folder):  # a file, a URL, a Checkpoint
+        return from_pretrained_verdict(config, read.infos)
+    choice = transformers_files(folder, getattr(config, "transformers_weights", None))
+    infos, raised = read.infos, choice.raises
+    chosen = [os.path.join(folder, f) for f in choice.files]
+    if choice.files and not choice.pickle and chosen != read.checkpoint.files:
+        infos, raised = read_chosen(folder, choice.files)
+    result = from_pretrained_verdict(config, infos)
+    return result._replace(raised=raised or result.raised, files=choice)
 
 
 def announce_fix(options: InspectOptions, report: InspectReport) -> None:

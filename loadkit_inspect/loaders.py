@@ -20,6 +20,7 @@ what it raises (``index_raises``). This module is torch-free: the records and th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
@@ -39,19 +40,45 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 
 class LoaderVerdict(NamedTuple):
-    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases)."""
+    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases).
+
+    ``outcome``, where the loader's own terms are known (``transformers``): ``loads``, ``warns``
+    (it returns the model with tensors newly initialised at random or keys unused), ``raises``,
+    ``unknown``; ``label`` names the loader and its version (``transformers 5.24.0``).
+
+    >>> LoaderVerdict("transformers", False, ["1 newly initialised at random (MISSING: b)"],
+    ...               "warns", "transformers 5.24.0").phrase()
+    'transformers 5.24.0: would load, but 1 newly initialised at random (MISSING: b)'
+    """
 
     loader: str
     clean: bool
     problems: list[str]
+    outcome: str = ""
+    label: str = ""
 
     def phrase(self) -> str:
+        name = self.label or self.loader
+        said = "; ".join(self.problems)
         if self.clean:
-            return f"{self.loader}: would load cleanly"
-        return f"{self.loader}: would NOT load ({'; '.join(self.problems)})"
+            return f"{name}: would load cleanly"
+        if self.outcome == "loads":  # loadkit's own rule fails it (--strict-index)
+            return f"{name}: would load cleanly, but {said}"
+        if self.outcome == "warns":
+            return f"{name}: would load, but {said}"
+        if self.outcome == "raises":
+            return f"{name}: would raise {said}"
+        if self.outcome == "unknown":
+            return f"{name}: not judged ({said})"
+        return f"{name}: would NOT load ({said})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"loader": self.loader, "clean": self.clean, "problems": list(self.problems)}
+        return {
+            "loader": self.loader,
+            "clean": self.clean,
+            "outcome": self.outcome or None,
+            "problems": list(self.problems),
+        }
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -130,24 +157,49 @@ def vllm_verdict(
 def transformers_verdict(
     result: FromPretrained, checkpoint: CheckpointSummary, *, strict_index: bool = False
 ) -> LoaderVerdict:
-    """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
-    index (a shard it cannot open makes it raise before it reports any list)."""
-    # reading a model.safetensors beside the index, it never opens the shards
-    raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
-    if raised:
-        return LoaderVerdict(TRANSFORMERS, False, raised)
-    problems = _strict(checkpoint, strict_index)
-    if result.unexpected:
-        problems.append(_names("unexpected", list(result.unexpected)))
+    """The ``transformers`` loader's verdict in its own terms, from ``from_pretrained``'s
+    simulated outcome (the files it reads included: a shard it cannot open makes it raise
+    before it reports any list); ``--strict-index`` fails it too."""
+    label = f"transformers {result.transformers_version}"
+    strict = _strict(checkpoint, strict_index)
+    outcome = result.outcome
+    problems = transformers_problems(result)
+    if outcome == "raises":
+        return LoaderVerdict(TRANSFORMERS, False, problems, outcome, label)
+    return LoaderVerdict(TRANSFORMERS, outcome == "loads" and not strict, strict + problems,
+                         outcome, label)  # fmt: skip
+
+
+def transformers_problems(result: FromPretrained) -> list[str]:
+    """``from_pretrained``'s outcome in short phrases, in the words of its load report: what it
+    raises; else the tensors it initialises at random (MISSING), the keys it leaves unused
+    (UNEXPECTED), the ones it reinitialises (MISMATCH, under ``ignore_mismatched_sizes``)."""
+    error = result.error
+    if error is not None and result.raised is None and not result.errors:
+        shown = [f"{m.name} (checkpoint {list(m.checkpoint_shape)}, model {list(m.model_shape)})"
+                 for m in result.mismatched]  # fmt: skip
+        return [
+            f"RuntimeError: {_names('size MISMATCH', shown)}; ignore_mismatched_sizes=True "
+            f"would reinitialise {'it' if len(shown) == 1 else 'them'} at random"
+        ]
+    if error is not None:
+        return [error.text()]
+    if result.outcome == "unknown" and result.files is not None:
+        return [f"it reads {', '.join(result.files.files)}, a PyTorch pickle loadkit does not read"]
+    out = []
     if result.missing:
-        problems.append(_names("missing", list(result.missing)))
+        out.append(_kind("newly initialised at random", "MISSING", result.missing))
+    if result.unexpected:
+        out.append(_kind("unused", "UNEXPECTED", result.unexpected))
     if result.mismatched:
-        kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
-        problems.append(_names(kind, [m.name for m in result.mismatched]))
-    problems += list(result.errors)
-    if result.reads and problems:
-        problems.insert(0, f"reads {result.reads}, not the index")
-    return LoaderVerdict(TRANSFORMERS, not problems, problems)
+        out.append(_kind("reinitialised at random", "MISMATCH", [m.name for m in result.mismatched]))
+    return out
+
+
+def _kind(what: str, status: str, names: Sequence[str]) -> str:
+    """``2 newly initialised at random (MISSING: a, b)``."""
+    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+    return f"{len(names)} {what} ({status}: {shown})"
 
 
 def headline(verdicts: list[LoaderVerdict]) -> str:

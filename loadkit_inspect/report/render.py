@@ -490,36 +490,33 @@ def _headline(r: Report) -> str | None:
 
 
 def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None) -> list[str]:
-    """The ``transformers`` loader's section: what ``from_pretrained`` would report (its
-    ``verdict``, the index included, when the report has one)."""
-    said = "would load cleanly" if fp.clean else "would NOT load"
-    if verdict is not None and not verdict.clean:
-        said = f"would NOT load ({_problems(verdict.problems)})"
-    lines = [
-        f"transformers  {fp.cls}.from_pretrained, simulated on the meta device",
-        f"  transformers {fp.transformers_version}: {said}",
-    ]
-    if fp.reads:
-        lines.append(
-            f"  it reads {printable(fp.reads)}, not the index: from_pretrained prefers the "
-            "single file (the shards' tensors are vLLM's)"
-        )
-    if verdict is not None and verdict.problems[:1] != fp.problems()[:1] and fp.problems():
-        if any(p.startswith("raises") for p in verdict.problems):
-            lines.append("  (it raises before it reports these lists: they are what the readable")
-            lines.append("  shards would give once the index problems above are fixed)")
+    """The ``transformers`` loader's section: what ``from_pretrained`` would do, in its own
+    terms (its ``verdict``, ``--strict-index`` included, when the report has one), the files it
+    reads, and its load report's lists."""
+    label = f"transformers {fp.transformers_version}"
+    said = verdict.phrase() if verdict is not None else f"{label}: outcome {fp.outcome}"
+    lines = [f"transformers  {fp.cls}.from_pretrained, simulated on the meta device", f"  {said}"]
+    lines += _transformers_files(fp)
+    error = fp.error
+    if error is not None:
+        lines.append(f"  raises {printable(error.error)}: {printable(error.message)}")
+        if fp.raised is not None:
+            lines.append(
+                "  (before it loads a tensor; the lists below are what it would report once it "
+                "reads the folder's readable weights)"
+            )
     if fp.renamed:
         rows = [f"    {printable(k)} -> {printable(v)}" for k, v in fp.renamed.items()]
         lines.append(f"  keys transformers renames ({len(rows)})")
         lines += _capped(rows, len(rows), limit)
     for title, names in (
-        ("unexpected keys", list(fp.unexpected)),
-        ("missing: model tensors never filled", list(fp.missing)),
+        ("UNEXPECTED: checkpoint keys it leaves unused", list(fp.unexpected)),
+        ("MISSING: model tensors newly initialised at random", list(fp.missing)),
     ):
         lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
         lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
     for title, names in (
-        ("missing, allowed by --allow-missing", list(fp.allowed)),
+        ("missing, allowed by --allow-missing (still initialised at random)", list(fp.allowed)),
         ("unexpected, taken by the skip and ignore rules", list(fp.ignored)),
     ):
         if names:
@@ -527,7 +524,7 @@ def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None)
             lines += _capped([f"    {printable(n)}" for n in names], len(names), limit)
     raises = "" if fp.ignore_mismatched_sizes else ": from_pretrained raises"
     lines.append(
-        f"  shape mismatches ({len(fp.mismatched)})"
+        f"  MISMATCH: shapes that differ ({len(fp.mismatched)})"
         + ((raises if fp.mismatched else "") or ("" if fp.mismatched else ": none"))
     )
     rows = [
@@ -538,6 +535,24 @@ def _transformers(fp: FromPretrained, limit: int, verdict: LoaderVerdict | None)
     for e in fp.errors:
         lines.append(f"  error: {printable(e)}")
     return lines
+
+
+def _transformers_files(fp: FromPretrained) -> list[str]:
+    """The files ``from_pretrained`` reads, and the folder's weight files it never opens."""
+    files = fp.files
+    if files is None:
+        return []
+    how = f" ({files.how})" if files.how and files.files else ""
+    lines = [f"  reads {_some(files.files) if files.files else 'no file'}{how}"]
+    if files.unread:
+        lines.append(f"  never reads {_some(files.unread)}")
+    return lines
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """The first ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return _names(list(names[:shown])) + more
 
 
 def render_report(r: Report, *, limit: int = 20, max_depth: int | None = None) -> str:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
-SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each version added
 # A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 

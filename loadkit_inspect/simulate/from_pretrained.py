@@ -41,6 +41,7 @@ import torch
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import ModelSpecError
 from loadkit.loading.meta import meta_tensor
+from loadkit_inspect.sources.files import FileChoice, Raised
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -58,13 +59,19 @@ class Mismatch(NamedTuple):
     model_shape: tuple[int, ...]
 
 
+LOADS, WARNS, RAISES, UNKNOWN = "loads", "warns", "raises", "unknown"
+
+
 class FromPretrained(NamedTuple):
     """What ``from_pretrained`` would report for a checkpoint, in transformers' own names.
 
     ``missing``: model parameters and buffers no checkpoint key fills (tied ones and ignored
-    patterns left out, as transformers leaves them out); ``unexpected``: checkpoint keys (after
-    its renamings) that fill nothing; ``mismatched``: loaded keys of another shape; ``errors``:
-    what makes ``from_pretrained`` raise besides mismatches (conversion errors).
+    patterns left out, as transformers leaves them out): its load report's MISSING, "newly
+    initialized" at random; ``unexpected``: checkpoint keys (after its renamings) that fill
+    nothing (UNEXPECTED); ``mismatched``: loaded keys of another shape (MISMATCH); ``errors``:
+    what makes ``from_pretrained`` raise besides mismatches (CONVERSION errors, loading errors);
+    ``raised``: what it raises before it loads a tensor (no file it reads, a shard it cannot
+    open, a class it cannot build): the lists are then what the files it could read would give.
     """
 
     cls: str
@@ -77,8 +84,9 @@ class FromPretrained(NamedTuple):
     transformers_version: str
     allowed: tuple[str, ...] = ()  # missing tensors that --allow-missing lets stay unfilled
     ignored: tuple[str, ...] = ()  # unexpected keys that --skip-prefix and the ignore rules take
-    # the file it reads instead of the index's shards (a model.safetensors beside the index)
-    reads: str | None = None
+    raised: Raised | None = None  # what it raises before loading (files, class, config)
+    files: FileChoice | None = None  # the files it reads (None: not a folder)
+    shapes: dict[str, tuple[int, ...]] = {}  # noqa: RUF012 (missing tensor -> its model shape)
 
     def under(self, rules: LoadRules) -> FromPretrained:
         """The lists with the user's load rules applied, as transformers applies a class's own
@@ -106,14 +114,44 @@ class FromPretrained(NamedTuple):
         )
 
     @property
+    def outcome(self) -> str:
+        """``from_pretrained``'s outcome: ``loads`` (cleanly, no load report), ``warns`` (it
+        returns the model and logs a load report: MISSING tensors newly initialised at random,
+        UNEXPECTED keys unused, MISMATCH reinitialised under ``ignore_mismatched_sizes``),
+        ``raises``, or ``unknown`` (it reads a PyTorch pickle, which loadkit does not read)."""
+        if self.raised is not None or self.errors:
+            return RAISES
+        if self.mismatched and not self.ignore_mismatched_sizes:
+            return RAISES
+        if self.files is not None and self.files.pickle:
+            return UNKNOWN
+        return WARNS if (self.missing or self.unexpected or self.mismatched) else LOADS
+
+    @property
     def clean(self) -> bool:
         """Would ``from_pretrained`` load every weight without error, warning or leftover?"""
-        return not (self.missing or self.unexpected or self.mismatched or self.errors)
+        return self.outcome == LOADS
 
     @property
     def raises(self) -> bool:
         """Would ``from_pretrained`` raise (rather than warn and initialise what is missing)?"""
-        return bool(self.errors) or (bool(self.mismatched) and not self.ignore_mismatched_sizes)
+        return self.outcome == RAISES
+
+    @property
+    def error(self) -> Raised | None:
+        """What it raises: before loading (``raised``), else as its load report ends
+        (``log_state_dict_report``: loading errors, then conversion errors, then mismatches)."""
+        if self.raised is not None:
+            return self.raised
+        if self.errors:
+            return Raised("RuntimeError", self.errors[0])
+        if self.mismatched and not self.ignore_mismatched_sizes:
+            return Raised(
+                "RuntimeError",
+                "You set `ignore_mismatched_sizes` to `False`, thus raising an error. For "
+                "details look at the above report!",
+            )
+        return None
 
     def problems(self) -> list[str]:
         out = []
@@ -129,11 +167,14 @@ class FromPretrained(NamedTuple):
         return out
 
     def as_dict(self) -> dict[str, Any]:
+        error = self.error
         return {
             "loader": TRANSFORMERS,
             "class": self.cls,
+            "outcome": self.outcome,
             "clean": self.clean,
             "raises": self.raises,
+            "error": error.as_dict() if error else None,
             "missing": list(self.missing),
             "unexpected": list(self.unexpected),
             "mismatched": [
@@ -150,7 +191,7 @@ class FromPretrained(NamedTuple):
             "transformers_version": self.transformers_version,
             "allowed": list(self.allowed),
             "ignored": list(self.ignored),
-            "reads": self.reads,
+            "files": self.files.as_dict() if self.files else None,
         }
 
 
@@ -236,16 +277,17 @@ def from_pretrained_verdict(
     from transformers.modeling_utils import LoadStateDictConfig
     from transformers.utils.generic import ContextManagers
 
-    def refused(name: str, why: str) -> FromPretrained:
+    def refused(name: str, error: str, why: str) -> FromPretrained:
         # from_pretrained itself would stop here: the verdict says why, for this loader only.
         return FromPretrained(
-            name, (), (), (), (why,), ignore_mismatched_sizes, {}, transformers.__version__
-        )
+            name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
+            raised=Raised(error, why),
+        )  # fmt: skip
 
     try:
         klass = loading_class(config, cls)
-    except ModelSpecError as exc:
-        return refused(cls or "?", str(exc))
+    except ModelSpecError as exc:  # transformers.<name> is an AttributeError
+        return refused(cls or "?", "AttributeError", str(exc))
     config = copy.deepcopy(config)  # from_pretrained copies it too
     dtype = torch.float32  # the dtype changes casts, never which key goes where
     with _quiet_transformers():
@@ -255,7 +297,8 @@ def from_pretrained_verdict(
         except Exception as exc:  # transformers validates the config for the class
             from loadkit.models.transformers.config import one_line
 
-            return refused(klass.__name__, f"{klass.__name__}(config) fails: {one_line(exc)}")
+            why = f"{klass.__name__}(config) fails: {one_line(exc)}"
+            return refused(klass.__name__, type(exc).__name__, why)
         conversions = get_model_conversion_mapping(model)
         load_config = LoadStateDictConfig(
             ignore_mismatched_sizes=ignore_mismatched_sizes,
@@ -270,7 +313,10 @@ def from_pretrained_verdict(
         model.tie_weights(missing_keys=info.missing_keys, recompute_mapping=False)
         model._adjust_missing_and_unexpected_keys(info)
         renamed = _renamed(model, state, conversions)
-    return _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
+        expected = model.state_dict()
+        shapes = {m: tuple(expected[m].shape) for m in info.missing_keys if m in expected}
+    verdict = _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
+    return verdict._replace(shapes=shapes)
 
 
 def _verdict(

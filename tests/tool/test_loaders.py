@@ -32,14 +32,16 @@ def test_the_first_lines_say_which_loader_loads_it(arch, hf_clean):
     report = inspect_checkpoint(hf_clean(arch), model="hf")
     first = report.render().split("\n\n")[0].splitlines()
     joined = " | ".join(first)
-    assert joined == f"transformers: would load cleanly | {REFUSED_BY_VLLM[arch]}"
+    assert joined == f"transformers 5.24.0: would load cleanly | {REFUSED_BY_VLLM[arch]}"
     assert report.loaders is not None
     assert report.loaders["transformers"].clean and not report.loaders["vllm"].clean
     assert (report.clean, report.exit_status) == (False, 1)
     # Each loader alone decides the exit status when selected.
     only_tf = inspect_checkpoint(hf_clean(arch), model="hf", loader="transformers")
     assert (only_tf.clean, only_tf.exit_status) == (True, 0)
-    assert only_tf.render().splitlines()[-1] == "verdict: transformers: would load cleanly (exit 0)"
+    assert only_tf.render().splitlines()[-1] == (
+        "verdict: transformers 5.24.0: would load cleanly (exit 0)"
+    )
     only_vllm = inspect_checkpoint(hf_clean(arch), model="hf", loader="vllm")
     assert only_vllm.exit_status == 1 and only_vllm.from_pretrained is None
 
@@ -61,12 +63,14 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
 def test_json_has_both_columns(hf_clean, capsys):
     assert main(["inspect", str(hf_clean("bart")), "--model", "hf", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 6 and doc["selected_loaders"] == ["transformers", "vllm"]
+    assert doc["schema"] == 7 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
         "clean": True,
+        "outcome": "loads",
         "problems": [],
     }
+    assert doc["transformers"]["outcome"] == "loads" and doc["transformers"]["error"] is None
     assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias"]
     assert doc["transformers"]["class"] == "BartForConditionalGeneration"
     assert doc["transformers"]["missing"] == [] and doc["clean"] is False
@@ -98,8 +102,9 @@ def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_p
     import transformers
 
     assert report.loaders["transformers"].problems == [
-        f"transformers {transformers.__version__} has no model class 'MyLlamaForCausalLM' (the "
-        "config's architectures[0])"
+        f"AttributeError: transformers {transformers.__version__} has no model class "
+        "'MyLlamaForCausalLM' (the config's architectures[0])"
     ]
+    assert report.loaders["transformers"].outcome == "raises"
     assert report.exit_status == 1
     assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0

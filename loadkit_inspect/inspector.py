@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.report.records import ModelSummary
     from loadkit_inspect.simulate import DryLoad
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
 
@@ -440,7 +441,10 @@ def judge_loaders(
     available = available_loaders(built.module)
     selected = select_loaders(options.loader, available)
     strict = options.strict_index
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    files = vllm_choice(read)
+    verdicts = {
+        VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, files=files)
+    }
     from_pretrained = None
     if TRANSFORMERS in selected:
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
@@ -450,6 +454,16 @@ def judge_loaders(
         )
     loaders = {n: verdicts[n] for n in available if n in verdicts}
     return LoaderVerdicts(loaders, selected, from_pretrained)
+
+
+def vllm_choice(read: CheckpointRead) -> FileChoice | None:
+    """The files vLLM's default loader reads from a folder (``None``: not a folder)."""
+    from loadkit_inspect.sources.files import vllm_files
+
+    folder = read.checkpoint.path
+    if read.summary.source is None or not os.path.isdir(folder):
+        return None
+    return vllm_files(folder)
 
 
 def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.report.records import LoadReport
     from loadkit_inspect.report.summary import CheckpointSummary
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
 VLLM = "vllm"
@@ -131,6 +132,7 @@ def vllm_verdict(
     *,
     tp: TPReport | None = None,
     strict_index: bool = False,
+    files: FileChoice | None = None,
 ) -> LoaderVerdict:
     """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
     vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
@@ -138,6 +140,8 @@ def vllm_verdict(
     raises first is all it says."""
     problems = tp.problems() if tp is not None else []
     raised = index_raises(checkpoint)
+    if files is not None and files.raises is not None:  # before it opens a file
+        raised = [f"raises {files.raises.text()}"]
     if problems or raised:
         return LoaderVerdict(VLLM, False, problems + raised)
     problems = _strict(checkpoint, strict_index)

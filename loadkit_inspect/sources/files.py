@@ -235,13 +235,27 @@ def vllm_files(folder: str | os.PathLike[str], version: str = "0.34.0") -> FileC
         missing = sorted(named - set(found))
         if missing:
             message = f"Weight files referenced in index but missing: {set(missing)}"
-            return FileChoice(loader, (), how, Raised("FileNotFoundError", message))
+            why = _unglobbed([os.path.relpath(m, hf_folder) for m in missing], hf_folder)
+            return FileChoice(loader, (), how, Raised("FileNotFoundError", message, why))
         found = [f for f in found if f in named]
         how = "the files " + (MISTRAL_INDEX if mistral else "the index") + " names"
     else:
         how += " file, no index"
     files = tuple(os.path.relpath(f, hf_folder) for f in sorted(found, key=natural_key))
     return FileChoice(loader, files, how, unread=_unread(p, files))
+
+
+def _unglobbed(entries: list[str], hf_folder: str) -> str:
+    """Why index entries are missing from vLLM's glob: absent, or spelled otherwise than the
+    glob spells the file (``./a.safetensors``; ``sub/a.safetensors``, which it never globs)."""
+    absent = [e for e in entries if not os.path.exists(os.path.join(hf_folder, e))]
+    if absent:
+        return f"listed shard {', '.join(repr(e) for e in absent)} missing"
+    shown = ", ".join(repr(e) for e in entries)
+    return (
+        f"the index names {shown}: vLLM compares the path it joins with the one its glob of the "
+        "folder's *.safetensors gives, and they differ"
+    )
 
 
 def _vllm_index_files(index: str, hf_folder: str) -> set[str]:

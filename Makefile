@@ -1,7 +1,7 @@
 # make setup: .venv with torch (the CPU wheel: a looser spec pulls a CUDA build) and every extra
 # (hf, notebooks, dev). Two commands for a fresh machine: make lab (open the kit), make test (run
 # every test); both run make setup first.
-# make test-upstream: loadkit against vLLM 0.28.0's own code (fetches its 300 MB wheel once).
+# make test-upstream: loadkit against vLLM 0.34.0 and 0.28.0 (their own code; fetches the wheels once).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -31,13 +31,13 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
 from loadkit_inspect.progress import Progress
 from loadkit_inspect.report.report import InspectReport
 from loadkit_inspect.report.summary import CheckpointSummary, summarize_checkpoint
-from loadkit_inspect.sources.index import IndexProblem
 from loadkit_inspect.sources.resolve import Source, open_source
 
 if TYPE_CHECKING:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import atexit
 import base64
+import html
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,7 @@ class Panel(widgets.VBox):
         self.chart = chart
         self.text = text
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return with_static(super()._repr_mimebundle_(**kwargs), self.chart, self.text)
 
 
@@ -99,28 +101,108 @@ class Picture:
         self.fig = fig
         self.text = "picture: " + (fig.layout.title.text or "")
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {"text/plain": self.text}
-        png = static_png(self.fig)
-        if png is not None:
-            data["image/png"] = base64.b64encode(png).decode("ascii")
-        return data
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _with_picture({"text/plain": self.text}, self.fig)
 
 
-def with_static(bundle: Any, chart: Chart | None, text: str) -> dict[str, Any]:
+def with_static(
+    bundle: Any, chart: Chart | None, text: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``bundle`` (a widget's) with ``text`` as its plain text and, if one can be made, a PNG of
-    ``chart`` for readers without a kernel."""
+    ``chart`` for readers without a kernel, described by its alt text (in the output's metadata,
+    where nbconvert and nbviewer read an image's ``alt``)."""
     data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
     data["text/plain"] = text or (chart_title(chart.fig) if chart else "")
-    png = static_png(chart.fig) if chart is not None else None
-    if png is not None:
-        data["image/png"] = base64.b64encode(png).decode("ascii")
-    return data
+    if chart is None:
+        return data, {}
+    return _with_picture(data, chart.fig)
+
+
+def _with_picture(data: dict[str, Any], fig: go.Figure) -> tuple[dict[str, Any], dict[str, Any]]:
+    png = static_png(fig)
+    if png is None:
+        return data, {}
+    data["image/png"] = base64.b64encode(png).decode("ascii")
+    return data, {"image/png": {"alt": alt_text(fig)}}
 
 
 def chart_title(fig: go.Figure) -> str:
     title = fig.layout.title.text or ""
     return f"chart: {title}" if title else "chart"
+
+
+# --- alt text ------------------------------------------------------------------------------------
+
+_KINDS = {
+    "bar": "bar chart",
+    "heatmap": "heatmap",
+    "scatter": "line chart",
+    "sankey": "Sankey diagram",
+}
+
+
+def _plain(text: str | None) -> str:
+    """A plotly label as plain words: tags and colour swatches dropped, line breaks as spaces."""
+    words = html.unescape(re.sub(r"<[^>]+>", " ", text or "")).replace("\u25a0", " ")
+    return " ".join(words.split())
+
+
+def _flows(trace: Any, most: int = 12) -> str:
+    """A Sankey trace's links as words, largest first."""
+    label = [_plain(n) for n in trace.node.label or ()]
+    link = trace.link
+    ends = zip(link.value or (), link.source or (), link.target or (), strict=True)
+    flows = sorted(ends, key=lambda f: -f[0])
+    said = [f"{label[a]} to {label[b]} ({v:g})" for v, a, b in flows[:most]]
+    more = f"; {len(flows) - most} more" if len(flows) > most else ""
+    return " Flows: " + "; ".join(said) + more + "."
+
+
+def _grid(trace: Any, most: int = 15) -> str:
+    """A heatmap's named rows and columns as words (numbered ones say nothing)."""
+    said = ""
+    for axis, name in (("y", "Rows"), ("x", "Columns")):
+        ticks = [_plain(str(t)) for t in trace[axis] or () if isinstance(t, str)]
+        if ticks:
+            more = f", {len(ticks) - most} more" if len(ticks) > most else ""
+            said += f" {name}: " + ", ".join(dict.fromkeys(ticks[:most])) + more + "."
+    return said
+
+
+def alt_text(fig: go.Figure) -> str:
+    """What the picture of ``fig`` shows, in words: its kind, title, axes and series (the alt
+    text saved with a chart's picture, for a reader who cannot see it).
+
+    >>> fig = go.Figure(go.Bar(y=[1, 2], name="new"), layout={"title": "Rows"})
+    >>> fig = fig.update_layout(yaxis_title="rank")
+    >>> alt_text(fig)
+    'A bar chart: Rows. y axis: rank. Series: new.'
+    """
+    parts = []
+    for trace in fig.data:
+        kind = _KINDS.get(trace.type, trace.type + " chart")
+        if trace.type == "treemap":
+            kind = f"treemap of {len(trace.labels or ())} boxes"
+        elif trace.type == "sankey":
+            kind = f"Sankey diagram of {len(trace.node.label or ())} nodes"
+        if kind not in parts:
+            parts.append(kind)
+    words = ("A " + " and ".join(parts)) if parts else "An empty chart"
+    words += ": " + (_plain(fig.layout.title.text) or "untitled") + "."
+    words += "".join(_flows(t) for t in fig.data if t.type == "sankey")
+    words += "".join(_grid(t) for t in fig.data if t.type == "heatmap")
+    layout = fig.layout.to_plotly_json()
+    for name in sorted(k for k in layout if re.fullmatch(r"[xy]axis\d*", k)):
+        title = _plain(fig.layout[name].title.text)
+        if title:
+            words += f" {name[0]} axis: {title}."
+    series = [_plain(t.name) for t in fig.data if t.name and t.showlegend is not False]
+    if series:
+        words += " Series: " + ", ".join(dict.fromkeys(series)) + "."
+    notes = [_plain(a.text) for a in fig.layout.annotations if a.text]
+    if notes:
+        words += " Labels: " + "; ".join(dict.fromkeys(notes)) + "."
+    return words
 
 
 # --- static pictures -----------------------------------------------------------------------------

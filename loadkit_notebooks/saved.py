@@ -23,6 +23,9 @@ from loadkit.fmt import WIDTH
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 1_500_000  # per notebook
+# ipykernel's own kernel spec as JupyterLab writes it on open: a notebook saved with another
+# display name opens as modified.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 def _outputs(nb: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -63,6 +66,9 @@ def problems(path: str | Path, max_columns: int | None = WIDTH) -> list[str]:
     found = []
     if len(raw) > MAX_BYTES:
         found.append(f"{path.name}: {len(raw)} bytes, more than {MAX_BYTES}")
+    kernelspec = nb.get("metadata", {}).get("kernelspec")
+    if kernelspec != KERNELSPEC:
+        found.append(f"{path.name}: kernelspec {kernelspec}, not {KERNELSPEC} (opens as modified)")
     alive = _saved_models(nb)
     for i, out in _outputs(nb):
         data = out.get("data", {})
@@ -72,6 +78,8 @@ def problems(path: str | Path, max_columns: int | None = WIDTH) -> list[str]:
         plain = "".join(data.get("text/plain", ""))
         if plain.startswith(("chart", "picture")) and "image/png" not in data:
             found.append(f"{path.name} cell {i}: {plain.splitlines()[0]!r} has no picture")
+        if "image/png" in data and not out.get("metadata", {}).get("image/png", {}).get("alt"):
+            found.append(f"{path.name} cell {i}: a picture without alt text")
         if plain.startswith(("FigureWidget(", "Figure(")):
             found.append(f"{path.name} cell {i}: a figure's repr as text ({plain[:30]}...)")
         # Printed text, results' text and error messages: what nbval compares and a terminal shows.

@@ -323,6 +323,7 @@ TORCH_FREE = [
     "loadkit.checkpoint",
     "loadkit.checkpoint.dtypes",
     "loadkit.checkpoint.reader",
+    "loadkit.checkpoint.merge",
     "loadkit.pooling",
     "loadkit.pooling.probe",
     *sorted(
@@ -420,7 +421,6 @@ LONG_FUNCTIONS = {
     "loadkit.models.transformers.base:_create_hf_to_vllm_mapper",
     "loadkit.parallel.checks:size_findings",
     "loadkit.pooling.adapter:_pooling_class",
-    "loadkit_inspect.sources.index:open_lenient",
     "loadkit_notebooks.stories.reload:counter_figure",
 }
 

@@ -50,6 +50,22 @@ from loadkit.errors import HeaderProblem as HeaderProblem  # raised here; define
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit
 
 
+class TensorInfo(NamedTuple):
+    """What a header says of one tensor; ``offset`` is absolute within ``file`` (a path or a
+    URL)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    file: str
+    offset: int
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+
 LFS_POINTER_MAX = 1024  # a Git LFS pointer file is smaller (the spec's limit)
 _LFS_POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\n(?:.*\n)*?size (\d+)")
 

@@ -9,31 +9,26 @@ them safely, is ``loadkit.checkpoint.shards``.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterator
 from itertools import repeat
 from operator import attrgetter
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.dtypes import DTYPES, torch_name, torch_shape
 from loadkit.checkpoint.header import (
     LFS_POINTER_MAX,
     MAX_HEADER_BYTES,
     HeaderProblem,
+    TensorInfo,
     TruncatedData,
     oversized_length,
     parse_metadata,
     read_header,
 )
-from loadkit.checkpoint.shards import INDEX_NAME, open_regular, shard_files
-from loadkit.errors import (
-    DuplicateKeyError,
-    HeaderError,
-    ShardIndexError,
-    TruncatedCheckpointError,
-)
+from loadkit.checkpoint.merge import read_layout
+from loadkit.checkpoint.shards import INDEX_NAME, local_layout, open_regular
+from loadkit.errors import HeaderError, TruncatedCheckpointError
 
 if TYPE_CHECKING:
     import torch
@@ -49,21 +44,6 @@ __all__ = [
     "open_checkpoint",
     "read_safetensors_header",
 ]
-
-
-class TensorInfo(NamedTuple):
-    """What a header says of one tensor; ``offset`` is absolute within ``file``."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int
-    file: str
-    offset: int
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
 
 
 def read_safetensors_header(
@@ -252,34 +232,6 @@ def open_checkpoint(
     >>> [name for name, _ in ck.weights()][-1]  # shards in file-name order
     'lm_head.weight'
     """
-    shards = shard_files(path)
-    tensors: dict[str, TensorInfo] = {}
-    metadata: dict[str, str | None] = {}
-    for done, file in enumerate(shards.files):
-        if progress is not None:
-            progress(done, len(shards.files))
-        infos, meta = read_safetensors_header(file)
-        metadata[file] = meta
-        for name, info in infos.items():
-            if name in tensors:
-                raise DuplicateKeyError(
-                    file,
-                    f"also stored in {tensors[name].file} (shapes {list(tensors[name].shape)} "
-                    f"and {list(info.shape)})",
-                    name,
-                )
-            tensors[name] = info
-    if progress is not None:
-        progress(len(shards.files), len(shards.files))
-    if shards.weight_map is not None:
-        for key, file in shards.weight_map.items():
-            held = tensors.get(key)
-            if held is None or held.file != file:
-                where = "no shard" if held is None else f"{held.file}"
-                raise ShardIndexError(
-                    str(shards.index),
-                    f"says shard '{os.path.basename(file)}' holds it, but {where} does "
-                    f"({file} does not)",
-                    key,
-                )
-    return Checkpoint(str(Path(path)), shards.files, tensors, metadata)
+    layout = local_layout(path)
+    merged = read_layout(layout, read_safetensors_header, progress=progress)
+    return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text)

@@ -18,7 +18,7 @@ Hostile folders are refused instead of followed:
 >>> (folder / "model.safetensors.index.json").write_text('{"weight_map": {"w": "../x"}}')
 29
 >>> try:
-...     shard_files(folder)
+...     local_layout(folder)
 ... except ShardIndexError as exc:
 ...     print(str(exc).split(": ", 1)[1])
 names shard "../x", which is not a plain file name inside the folder (no absolute path, no '..')
@@ -34,19 +34,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from loadkit.errors import CheckpointError, ShardIndexError
+from loadkit.errors import CheckpointError, ShardIndexError, printable
 
 INDEX_NAME = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 100_000_000  # loadkit's limit on an index (as safetensors' on a header)
 
 
-class Shards(NamedTuple):
-    """The shard files (sorted, each once) and, with an index, its ``weight_map`` with every
-    entry replaced by the shard file it resolves to."""
+class Layout(NamedTuple):
+    """What a checkpoint path (or URL) names, before any header is read: the one input of
+    ``loadkit.checkpoint.merge.read_layout``.
 
-    files: list[str]
-    weight_map: dict[str, str] | None
+    ``shards`` maps each shard's name (as the index spells it, plainly; a lone file's own path)
+    to the file it is (a path or a URL), in reading order; ``others`` likewise the
+    ``*.safetensors`` files beside an index that it does not name (read only leniently, to find
+    misplaced keys); ``weight_map`` maps each key to the shard name the index gives it.
+    """
+
+    path: str  # the checkpoint, as its errors and ``Checkpoint.path`` name it
+    # the index file (or URL); ``None``: a lone file or a folder without one
     index: str | None  # type: ignore[assignment]  # a field named like tuple.index
+    shards: dict[str, str]
+    others: dict[str, str]
+    weight_map: dict[str, str]
+    total_size: Any = None  # the index's ``metadata.total_size``, as written
 
 
 def _kind(mode: int) -> str:
@@ -94,8 +104,14 @@ def _regular(path: str) -> os.stat_result | None:
     return st
 
 
-def shard_files(path: str | os.PathLike[str]) -> Shards:
-    """The shards ``path`` stands for; raises ``loadkit.errors`` errors for anything else."""
+def local_layout(path: str | os.PathLike[str], *, strict: bool = True) -> Layout:
+    """The shards ``path`` (a file or a folder) stands for.
+
+    Strictly (``open_checkpoint``), every file the index names must be there and be a regular
+    file; leniently (the inspector), a folder's missing or unreadable shards are left for the
+    merge to report, and the ``*.safetensors`` files the index does not name are read too.
+    Anything else raises a ``loadkit.errors`` error.
+    """
     p = str(Path(path))  # "folder/" and "./folder" name their shards as "folder" does
     try:
         st = os.stat(p)
@@ -104,9 +120,15 @@ def shard_files(path: str | os.PathLike[str]) -> Shards:
     except OSError as exc:
         raise CheckpointError(p, f"cannot read: {exc.strerror or exc}") from None
     if stat.S_ISREG(st.st_mode):
-        return Shards([p], None, None)
+        return Layout(p, None, {p: p}, {}, {})
     if not stat.S_ISDIR(st.st_mode):
         raise CheckpointError(p, f"is {_kind(st.st_mode)}, not a .safetensors file or a folder")
+    if strict:
+        return _strict_folder(p)
+    return _lenient_folder(p)
+
+
+def _strict_folder(p: str) -> Layout:
     index = os.path.join(p, INDEX_NAME)
     if os.path.lexists(index):
         return _from_index(p, index)
@@ -121,7 +143,122 @@ def shard_files(path: str | os.PathLike[str]) -> Shards:
         files.setdefault((found.st_dev, found.st_ino), file)
     if not files:
         raise CheckpointError(p, "folder holds no *.safetensors files and no index")
-    return Shards(sorted(files.values()), None, None)
+    chosen = sorted(files.values())
+    return Layout(p, None, {os.path.basename(f): f for f in chosen}, {}, {})
+
+
+def _from_index(folder: str, index: str) -> Layout:
+    data = read_index(index)
+    weight_map = index_entries(data, index, "inside the folder")
+    by_identity: dict[tuple[int, int], str] = {}
+    chosen: dict[str, str] = {}  # each plain name -> the name of the file it is (links: one)
+    for key, plain in weight_map.items():
+        if plain in chosen:
+            continue
+        found = _regular(os.path.join(folder, plain))
+        if found is None:
+            raise ShardIndexError(
+                index, f"names shard '{plain}', which does not exist in {folder}", key
+            )
+        chosen[plain] = by_identity.setdefault((found.st_dev, found.st_ino), plain)
+    names = sorted(set(chosen.values()), key=lambda name: os.path.join(folder, name))
+    shards = {name: os.path.join(folder, name) for name in names}
+    mapped = {key: chosen[plain] for key, plain in weight_map.items()}
+    return Layout(folder, index, shards, {}, mapped, total_size(data))
+
+
+def _lenient_folder(p: str) -> Layout:
+    folder = Path(p)
+    on_disk = sorted(f for f in os.listdir(p) if f.endswith(".safetensors"))
+    has_index = os.path.lexists(folder / INDEX_NAME)  # a dangling link is an unreadable index
+    index = str(folder / INDEX_NAME) if has_index else None
+    weight_map: dict[str, str] = {}
+    size = None
+    if index is not None:
+        data = read_index(index)  # bounded, a regular file, any JSON failure a ShardIndexError
+        weight_map, size = index_entries(data, index, "inside the folder"), total_size(data)
+    elif not on_disk:
+        raise ShardIndexError(p, nothing_to_read(p))
+    same = _one_per_file(folder, [*on_disk, *set(weight_map.values())])
+    if any(same[shard] != shard for shard in set(weight_map.values())):  # links to one file
+        weight_map = {key: same[shard] for key, shard in weight_map.items()}
+    indexed = sorted(set(weight_map.values())) if has_index else sorted(set(same.values()))
+    others = sorted({same[f] for f in on_disk} - set(indexed))
+    return Layout(
+        p,
+        index,
+        {s: str(folder / s) for s in indexed},
+        {s: str(folder / s) for s in others},
+        weight_map,
+        size,
+    )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of a regular file (links followed); ``None`` if absent or not one."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _one_per_file(p: Path, names: list[str]) -> dict[str, str]:
+    """Each name -> the first name (sorted) of the same file: two links to one blob, one shard."""
+    first: dict[tuple[int, int], str] = {}
+    out = {}
+    for name in sorted(set(names)):
+        ident = _identity(p / name)
+        out[name] = name if ident is None else first.setdefault(ident, name)
+    return out
+
+
+SINGLE_FILE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME
+
+
+def single_file_beside_index(folder: str | os.PathLike[str]) -> Path | None:
+    """The ``model.safetensors`` of a folder that also has an index, if any: transformers'
+    ``from_pretrained`` reads it and ignores the index (it looks for the single file first,
+    transformers 5.24.0 ``modeling_utils._get_resolved_checkpoint_files``, modeling_utils.py:591),
+    where vLLM reads the files the index names.
+
+    >>> single_file_beside_index("data/plamo2/tied-with-lm-head") is None
+    True
+    """
+    p = Path(folder)
+    if not (p.is_dir() and os.path.lexists(p / INDEX_NAME)):
+        return None
+    single = p / SINGLE_FILE
+    return single if _identity(single) is not None else None
+
+
+SHOWN_REASONS = 3  # files whose reason the "nothing readable" error gives; the rest counted
+# weight files of other formats, named when a folder has no safetensors file at all
+_OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".npz")
+
+
+def first_names(names: list[str]) -> str:
+    """The first ``SHOWN_REASONS`` names, printable, and how many more."""
+    more = f", and {len(names) - SHOWN_REASONS} more" if len(names) > SHOWN_REASONS else ""
+    return ", ".join(printable(n) for n in names[:SHOWN_REASONS]) + more
+
+
+def nothing_to_read(folder: str) -> str:
+    """Why a folder without an index or a ``*.safetensors`` file gives nothing to inspect.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as empty:
+        ...     nothing_to_read(empty)
+        'no .safetensors file at all (the folder is empty); nothing to inspect'
+    """
+    files = sorted(os.listdir(folder))
+    others = [f for f in files if f.endswith(_OTHER_WEIGHTS)]
+    if others:
+        found = f"found {first_names(others)}: loadkit reads safetensors only"
+    else:
+        found = f"found: {first_names(files)}" if files else "the folder is empty"
+    return f"no .safetensors file at all ({found}); nothing to inspect"
 
 
 def plain_relative(entry: Any) -> str | None:
@@ -169,37 +306,47 @@ def parse_index(raw: bytes, index: str) -> dict[str, Any]:
     return data
 
 
-def _from_index(folder: str, index: str) -> Shards:
-    data = read_index(index)
+def index_entries(data: dict[str, Any], index: str, where: str) -> dict[str, str]:
+    """The index's ``weight_map``, each shard spelled plainly (``./a`` -> ``a``); an entry that
+    could leave the folder is refused, the first in index order naming its key (``where`` says
+    where a shard must be: ``inside the folder``, ``beside the index``).
+
+    >>> index_entries({"weight_map": {"w": "./a.safetensors"}}, "index.json", "inside the folder")
+    {'w': 'a.safetensors'}
+    """
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict):
         raise ShardIndexError(index, f"'weight_map' is {_json_kind(weight_map)}, not an object")
-    resolved: dict[str, str] = {}  # spelling in the index -> shard file
-    by_identity: dict[tuple[int, int], str] = {}
-    files: dict[str, str] = {}  # the chosen path of each distinct file
+    try:
+        spellings = set(weight_map.values())  # a few shards named thousands of times
+    except TypeError:  # an entry that is a list or an object: refused below, in index order
+        spellings = None
+    if spellings is not None:
+        plain_of = {e: p for e in spellings if (p := plain_relative(e)) is not None}
+        if len(plain_of) == len(spellings):  # every spelling a plain file name
+            if all(p == e for e, p in plain_of.items()):  # as writers write them: kept as is
+                return weight_map
+            return {key: plain_of[e] for key, e in weight_map.items()}
+    plain_map: dict[str, str] = {}
+    seen: dict[str, str] = {}  # each spelling checked once
     for key, entry in weight_map.items():
-        if isinstance(entry, str) and entry in resolved:
+        if isinstance(entry, str) and entry in seen:
+            plain_map[key] = seen[entry]
             continue
         plain = plain_relative(entry)
         if plain is None:
             shown = json.dumps(entry, ensure_ascii=True)
-            raise ShardIndexError(
-                index,
-                f"names shard {shown}, which is not a plain file name inside the folder "
-                "(no absolute path, no '..')"
-                if isinstance(entry, str)
-                else f"names shard {shown}, which is not a file name",
-                key,
-            )
-        file = os.path.join(folder, plain)
-        found = _regular(file)
-        if found is None:
-            raise ShardIndexError(
-                index, f"names shard '{plain}', which does not exist in {folder}", key
-            )
-        file = by_identity.setdefault((found.st_dev, found.st_ino), file)
-        resolved[entry] = files.setdefault(file, file)
-    return Shards(sorted(files), {k: resolved[v] for k, v in weight_map.items()}, index)
+            why = f"not a plain file name {where} (no absolute path, no '..')"
+            why = why if isinstance(entry, str) else "not a file name"
+            raise ShardIndexError(index, f"names shard {shown}, which is {why}", key)
+        plain_map[key] = seen[entry] = plain
+    return plain_map
+
+
+def total_size(index: dict[str, Any]) -> Any:
+    """The index's ``metadata.total_size`` (``None`` without one)."""
+    metadata = index.get("metadata")
+    return metadata.get("total_size") if isinstance(metadata, dict) else None
 
 
 def _json_kind(value: Any) -> str:

@@ -13,8 +13,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from loadkit.checkpoint import IndexProblem
     from loadkit.checkpoint.reader import Checkpoint, TensorInfo
-    from loadkit_inspect.sources.index import IndexProblem
     from loadkit_inspect.sources.resolve import Source
 
 

@@ -32,15 +32,16 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from loadkit.checkpoint.header import LFS_POINTER_MAX, MAX_HEADER_BYTES, oversized_length
+from loadkit.checkpoint.merge import read_layout
 from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
-from loadkit.checkpoint.shards import INDEX_NAME, MAX_INDEX_BYTES, parse_index, plain_relative
-from loadkit.errors import (
-    CheckpointError,
-    DuplicateKeyError,
-    HeaderError,
-    ShardIndexError,
-    TruncatedCheckpointError,
+from loadkit.checkpoint.shards import (
+    INDEX_NAME,
+    MAX_INDEX_BYTES,
+    Layout,
+    index_entries,
+    parse_index,
 )
+from loadkit.errors import CheckpointError, HeaderError, TruncatedCheckpointError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -317,36 +318,20 @@ def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str 
     return decode_header(url, raw, size - 8 - n)
 
 
-def _shard_urls(client: _Client, url: str) -> tuple[list[str], dict[str, str]]:
-    """The shard URLs an index names (sorted by file name, each once) and its weight map with
-    each entry replaced by its shard's URL."""
+def _index_layout(client: _Client, url: str) -> Layout:
+    """The shards an index names (by file name, each once), each its URL beside the index."""
     raw = client.get(url, MAX_INDEX_BYTES)
     client.fetched.size += len(raw)
     data = parse_index(raw, url)
-    weight_map = data.get("weight_map")
-    if not isinstance(weight_map, dict):
-        raise ShardIndexError(url, "'weight_map' is missing or not an object")
+    weight_map = index_entries(data, url, "beside the index")
     base = urllib.parse.urlsplit(url)
     folder = posixpath.dirname(base.path)
-    by_entry: dict[Any, str] = {}
-    resolved: dict[str, str] = {}
-    for key, entry in weight_map.items():
-        if isinstance(entry, str) and entry in by_entry:
-            resolved[key] = by_entry[entry]
-            continue
-        plain = plain_relative(entry)
-        if plain is None:
-            raise ShardIndexError(
-                url,
-                f"names shard {entry!r}, which is not a plain file name beside the index "
-                "(no absolute path, no '..')",
-                key,
-            )
+    urls = {}
+    for plain in set(weight_map.values()):
         path = posixpath.join(folder, urllib.parse.quote(plain))
-        shard = urllib.parse.urlunsplit((base.scheme, base.netloc, path, "", ""))
-        resolved[key] = by_entry[entry] = shard
-    files = sorted(set(resolved.values()), key=lambda u: posixpath.basename(u))
-    return files, resolved
+        urls[plain] = urllib.parse.urlunsplit((base.scheme, base.netloc, path, "", ""))
+    order = sorted(urls, key=lambda plain: (posixpath.basename(urls[plain]), urls[plain]))
+    return Layout(url, url, {plain: urls[plain] for plain in order}, {}, weight_map)
 
 
 def open_remote(
@@ -376,33 +361,8 @@ def open_remote(
     host = (urllib.parse.urlsplit(url).hostname or "").lower()
     client = _Client(timeout, direct=host in _LOOPBACK or host.startswith("127."))
     if kind == "file":
-        files, weight_map = [url], None
+        layout = Layout(url, None, {url: url}, {}, {})
     else:
-        files, weight_map = _shard_urls(client, url)
-    tensors: dict[str, TensorInfo] = {}
-    metadata: dict[str, str | None] = {}
-    for done, file in enumerate(files):
-        if progress is not None:
-            progress(done, len(files))
-        infos, metadata[file] = _read_header(client, file)
-        for name, info in infos.items():
-            if name in tensors:
-                raise DuplicateKeyError(
-                    file,
-                    f"also stored in {tensors[name].file} (shapes {list(tensors[name].shape)} "
-                    f"and {list(info.shape)})",
-                    name,
-                )
-            tensors[name] = info
-    if progress is not None:
-        progress(len(files), len(files))
-    for key, file in (weight_map or {}).items():
-        held = tensors.get(key)
-        if held is None or held.file != file:
-            where = "no shard" if held is None else held.file
-            raise ShardIndexError(
-                url,
-                f"says shard '{posixpath.basename(file)}' holds it, but {where} does",
-                key,
-            )
-    return RemoteCheckpoint(url, files, tensors, metadata, client)
+        layout = _index_layout(client, url)
+    merged = read_layout(layout, lambda file: _read_header(client, file), progress=progress)
+    return RemoteCheckpoint(url, merged.files, merged.tensors, merged.metadata_text, client)

@@ -18,9 +18,10 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from loadkit.checkpoint import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
 from loadkit.errors import CheckpointError
-from loadkit_inspect.sources.index import IndexProblem, open_lenient
+from loadkit_inspect.sources.index import open_lenient
 
 if TYPE_CHECKING:
     from loadkit_inspect.sources.hub import Snapshot

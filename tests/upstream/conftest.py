@@ -8,18 +8,30 @@ from pathlib import Path
 import pytest
 
 from upstream.common import CENSUS, EXAMPLES, TALLY, tally_json, tally_table
-from upstream.fetch import WHEEL, WHEEL_SHA256, UpstreamFetchError, ensure_sources
+from upstream.fetch import OLD, PINS, UpstreamFetchError, ensure_sources
 from upstream.harness import Upstream, load_upstream
+
+
+def upstream_at(version: str) -> Upstream:
+    """vLLM ``version``'s code (fetched and extracted once, loaded once per process)."""
+    try:
+        src = ensure_sources(version)
+    except UpstreamFetchError as exc:
+        pytest.fail(f"cannot fetch the vLLM {version} wheel: {exc}", pytrace=False)
+    return load_upstream(version, src)
+
+
+@pytest.fixture(scope="session")
+def up_at():
+    """``up_at("0.31.0")``: any version's upstream (a version not in fetch.PINS is fetched
+    without a pin)."""
+    return upstream_at
 
 
 @pytest.fixture(scope="session")
 def up() -> Upstream:
     # A session fixture that fails is not retried: one fetch attempt, then every test errors.
-    try:
-        src = ensure_sources()
-    except UpstreamFetchError as exc:
-        pytest.fail(f"cannot fetch the reference vLLM wheel: {exc}", pytrace=False)
-    return load_upstream(src)
+    return upstream_at(OLD)
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +49,9 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+    pins = ", ".join(f"vllm {v} (sha256 {sha[:16]}...)" for v, sha in PINS.items())
     return [
-        f"upstream: {WHEEL} (sha256 {WHEEL_SHA256[:16]}...), {EXAMPLES} examples per property"
+        f"upstream: {pins}, {EXAMPLES} examples per property"
         + (", census mode (differences counted, not failed)" if CENSUS else "")
     ]
 

@@ -1,19 +1,28 @@
-"""vLLM 0.28.0's own loading code, executed unchanged next to loadkit.
+"""vLLM's own loading code, one released version or several, executed unchanged next to loadkit.
 
-The wheel cannot be imported (it needs CUDA and half of PyPI), so the harness builds just enough
-of the ``vllm`` package for the definitions under test:
+A wheel cannot be imported (it needs CUDA and half of PyPI), so the harness builds just enough
+of the ``vllm`` package for the definitions under test, from one version's extracted sources
+(``tests/upstream/fetch.py``):
 
 - the layerwise-reload package (``model_loader/reload/*.py``) is imported as it is, file by file;
-- from the three big modules (``models/utils.py``, ``models/adapters.py``,
-  ``model_loader/weight_utils.py``) only the named top-level definitions are taken, with ``ast``,
-  together with whatever they reference: other definitions of the same file and the file's own
-  import statements for those names. The code objects are compiled from the upstream file (same
-  file name and line numbers in tracebacks); no statement is edited.
+- from the big modules (``models/utils.py``, ``models/adapters.py``,
+  ``model_loader/weight_utils.py``, ``model_executor/utils.py``, ``layers/linear.py``) only the
+  named top-level definitions are taken, with ``ast``, together with whatever they reference:
+  other definitions of the same file and the file's own import statements for those names.
+  The code objects are compiled from the upstream file (same file name and line numbers in
+  tracebacks).
+
+Each version lives in its own package, ``vllm_0_34_0``, ``vllm_0_28_0``, ..., so that several
+load side by side in one process (``load_upstream("0.34.0", src)``): the one edit the harness
+makes to upstream's code is the package name at the root of its absolute imports (``from
+vllm.config import ...`` reads ``from vllm_0_34_0.config import ...``), in the definitions it
+takes and in the files it imports, at module level and inside functions alike.
 
 What the upstream definitions import from the rest of ``vllm`` is stubbed in ``sys.modules``, and
 nothing else: a logger that records every call (tests read upstream's debug counters from it),
 empty classes for type checks that must fail (``QuantizeMethodBase``, ``LogitsProcessor``, ...),
-and two predicates answering ``False`` (no attention layers, no multimodal models).
+predicates answering ``False`` (no attention layers, no multimodal models, no integrated GPU),
+and the environment settings the reload package reads, at their defaults.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dis
+import importlib.abc
 import importlib.util
 import sys
 import types
@@ -30,7 +40,12 @@ from typing import Any
 
 import torch
 
-ROOT = "vllm"
+UPSTREAM = "vllm"  # the package name upstream's own imports use
+
+
+def root_of(version: str) -> str:
+    """The package a version lives in here: ``vllm_0_34_0`` for ``0.34.0``."""
+    return f"{UPSTREAM}_" + version.replace(".", "_")
 
 
 # --- the stubs -----------------------------------------------------------------------------------
@@ -102,7 +117,7 @@ def _register(mod: types.ModuleType) -> types.ModuleType:
     return mod
 
 
-def _install_stubs(log: LogRecorder) -> None:
+def _install_stubs(log: LogRecorder, root: str) -> None:
     class ModelConfig:  # only imported for annotations and signatures
         pass
 
@@ -115,52 +130,144 @@ def _install_stubs(log: LogRecorder) -> None:
     class LogitsProcessor(torch.nn.Module):  # the pooling adapter replaces these: none exist
         pass
 
-    class ParallelLMHead(torch.nn.Module):
+    class VocabParallelEmbedding(torch.nn.Module):  # AutoWeightsLoader's tied-alias check
+        pass
+
+    class ParallelLMHead(VocabParallelEmbedding):
         pass
 
     class VllmModelForPooling:  # a mixin of the pooling class; its protocol adds no behaviour
         pass
 
+    platform = types.SimpleNamespace(
+        is_integrated_gpu=lambda index=None: False,  # copy_weight_: a plain copy_ on the CPU
+        make_synced_weight_loader=lambda loader: loader,
+    )
     for name in (
-        ROOT,
-        f"{ROOT}.model_executor",
-        f"{ROOT}.model_executor.layers",
-        f"{ROOT}.model_executor.layers.quantization",
-        f"{ROOT}.model_executor.model_loader",
-        f"{ROOT}.model_executor.models",
+        root,
+        f"{root}.model_executor",
+        f"{root}.model_executor.layers",
+        f"{root}.model_executor.layers.quantization",
+        f"{root}.model_executor.model_loader",
+        f"{root}.model_executor.models",
+        f"{root}.utils",
     ):
         _register(_module(name, package=True))
-    _register(_module(f"{ROOT}.logger", init_logger=log.named))
-    _register(_module(f"{ROOT}.config", ModelConfig=ModelConfig, VllmConfig=VllmConfig))
+    _register(_module(f"{root}.logger", init_logger=log.named))
     _register(
         _module(
-            f"{ROOT}.model_executor.layers.attention",
+            f"{root}.config",
+            ModelConfig=ModelConfig,
+            VllmConfig=VllmConfig,
+            get_current_vllm_config_or_none=lambda: None,
+        )
+    )
+    # The settings the reload package reads, at their defaults (in-place layerwise reload).
+    _register(_module(f"{root}.envs", VLLM_RELOAD_MODE="layerwise"))
+    _register(_module(f"{root}.platforms", current_platform=platform))
+    _register(_module(f"{root}.utils.torch_utils", is_torch_equal_or_newer=lambda version: True))
+    _register(
+        _module(
+            f"{root}.model_executor.layers.attention",
             is_deferred_attention_layer=lambda layer: False,
         )
     )
     _register(
         _module(
-            f"{ROOT}.model_executor.layers.quantization.base_config",
+            f"{root}.model_executor.layers.quantization.base_config",
             QuantizeMethodBase=QuantizeMethodBase,
         )
     )
     _register(
-        _module(f"{ROOT}.model_executor.layers.logits_processor", LogitsProcessor=LogitsProcessor)
+        _module(f"{root}.model_executor.layers.logits_processor", LogitsProcessor=LogitsProcessor)
     )
     _register(
         _module(
-            f"{ROOT}.model_executor.layers.vocab_parallel_embedding", ParallelLMHead=ParallelLMHead
+            f"{root}.model_executor.layers.vocab_parallel_embedding",
+            VocabParallelEmbedding=VocabParallelEmbedding,
+            ParallelLMHead=ParallelLMHead,
         )
     )
     _register(
-        _module(f"{ROOT}.model_executor.models.interfaces", supports_multimodal=lambda model: False)
+        _module(f"{root}.model_executor.models.interfaces", supports_multimodal=lambda model: False)
     )
     _register(
         _module(
-            f"{ROOT}.model_executor.models.interfaces_base",
+            f"{root}.model_executor.models.interfaces_base",
             VllmModelForPooling=VllmModelForPooling,
         )
     )
+
+
+# --- the one edit: each version's own package name -----------------------------------------------
+
+
+class _Rooted(ast.NodeTransformer):
+    """Absolute imports of ``vllm`` and its modules read from ``root`` instead."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _moved(self, name: str) -> str | None:
+        if name == UPSTREAM or name.startswith(UPSTREAM + "."):
+            return self.root + name[len(UPSTREAM) :]
+        return None
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.ImportFrom:
+        moved = self._moved(node.module or "") if node.level == 0 else None
+        if moved is not None:
+            node.module = moved
+        return node
+
+    def visit_Import(self, node: ast.Import) -> ast.Import:
+        names: list[ast.alias] = []
+        for alias in node.names:
+            moved = self._moved(alias.name)
+            if moved is None:
+                names.append(alias)
+            elif alias.asname is not None:
+                names.append(ast.alias(moved, alias.asname))
+            else:  # `import vllm.envs` binds `vllm`: the submodule, then the package as `vllm`
+                names += [ast.alias(moved), ast.alias(self.root, UPSTREAM)]
+        node.names = names
+        return node
+
+
+def _compile(tree: ast.Module, path: Path, root: str) -> types.CodeType:
+    # dont_inherit: this file's ``from __future__ import annotations`` must not leak into the
+    # upstream code (it would stop dataclass and signature annotations from being evaluated).
+    tree = ast.fix_missing_locations(_Rooted(root).visit(tree))
+    return compile(tree, str(path), "exec", dont_inherit=True)
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports ``<root>.x.y`` from ``<src>/vllm/x/y.py`` (or ``.../y/__init__.py``), compiled
+    with ``_compile``: only the files fetch.py extracted exist there."""
+
+    def __init__(self, root: str, src: Path) -> None:
+        self.root, self.src = root, src
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(self.root + "."):
+            return None
+        base = self.src / UPSTREAM / Path(*fullname.split(".")[1:])
+        if (base / "__init__.py").is_file():
+            return importlib.util.spec_from_file_location(
+                fullname, base / "__init__.py", loader=self, submodule_search_locations=[]
+            )
+        if base.with_suffix(".py").is_file():
+            return importlib.util.spec_from_file_location(
+                fullname, base.with_suffix(".py"), loader=self
+            )
+        return None
+
+    def create_module(self, spec):
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        path = Path(module.__spec__.origin)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        exec(_compile(tree, path, self.root), module.__dict__)
 
 
 # --- executing chosen definitions of a module ----------------------------------------------------
@@ -209,12 +316,6 @@ def _global_loads(code: types.CodeType) -> set[str]:
     return names
 
 
-def _compile(tree: ast.Module, path: Path) -> types.CodeType:
-    # dont_inherit: this file's ``from __future__ import annotations`` must not leak into the
-    # upstream code (it would stop dataclass and signature annotations from being evaluated).
-    return compile(tree, str(path), "exec", dont_inherit=True)
-
-
 @dataclass(frozen=True)
 class Extracted:
     """Which upstream lines a harness module runs (reported in the test header)."""
@@ -223,10 +324,18 @@ class Extracted:
     spans: tuple[tuple[str, int, int], ...]  # (name, first line, last line)
 
 
+def top_level_names(path: Path) -> set[str]:
+    """Every name a file binds at top level (definitions and assignments)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {name for stmt in tree.body for name in _bound_names(stmt)}
+
+
 def exec_definitions(
     path: Path, module_name: str, wanted: tuple[str, ...]
 ) -> tuple[types.ModuleType, Extracted]:
-    """A module holding ``wanted`` (and what they need) from the upstream file at ``path``."""
+    """A module holding ``wanted`` (and what they need) from the upstream file at ``path``;
+    ``module_name``'s first component is the version's package (``vllm_0_34_0``)."""
+    root = module_name.split(".")[0]
     tree = ast.parse(path.read_text(), filename=str(path))
     defs: dict[str, ast.stmt] = {}
     twice: set[str] = set()  # @overload stubs and the like: never taken
@@ -256,12 +365,12 @@ def exec_definitions(
         if id(stmt) in {id(s) for s in chosen.values()}:
             continue
         chosen[tree.body.index(stmt)] = stmt
-        code = _compile(ast.Module(body=[stmt], type_ignores=[]), path)
+        code = _compile(ast.Module(body=[stmt], type_ignores=[]), path, root)
         todo.extend(_global_loads(code) - {name})
 
     body = list(chosen_imports.values()) + [chosen[i] for i in sorted(chosen)]
     module = _module(module_name, __file__=str(path))
-    code = _compile(ast.Module(body=body, type_ignores=[]), path)
+    code = _compile(ast.Module(body=body, type_ignores=[]), path, root)
     _register(module)
     exec(code, module.__dict__)
     spans = tuple(
@@ -271,14 +380,10 @@ def exec_definitions(
     return module, Extracted(str(path), spans)
 
 
-def _import_file(name: str, path: Path, *, package: bool = False) -> types.ModuleType:
-    locations = [str(path.parent)] if package else None
-    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=locations)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    _register(module)
-    spec.loader.exec_module(module)
-    return module
+def _present(path: Path, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of ``names`` that ``path`` defines (a version may lack some)."""
+    have = top_level_names(path)
+    return tuple(n for n in names if n in have)
 
 
 # --- the upstream surface the tests use ----------------------------------------------------------
@@ -286,6 +391,9 @@ def _import_file(name: str, path: Path, *, package: bool = False) -> types.Modul
 
 @dataclass
 class Upstream:
+    version: str
+    root: str  # the package this version lives in (root_of(version))
+    src: Path
     log: LogRecorder
     utils: types.ModuleType
     weight_utils: types.ModuleType
@@ -294,6 +402,10 @@ class Upstream:
     meta: types.ModuleType
     layerwise: types.ModuleType
     extracted: tuple[Extracted, ...]
+
+    def module(self, name: str) -> types.ModuleType:
+        """This version's module ``vllm.<name>`` (stub or upstream), e.g. ``"envs"``."""
+        return sys.modules[f"{self.root}.{name}"]
 
     @property
     def WeightsMapper(self):
@@ -323,50 +435,60 @@ class Upstream:
 _LOADED: dict[str, Upstream] = {}
 
 
-def load_upstream(src: Path) -> Upstream:
-    """Build the ``vllm`` stand-in package from the extracted sources at ``src`` (once)."""
-    key = str(src)
-    if key in _LOADED:
-        return _LOADED[key]
-    if _LOADED:
-        raise RuntimeError("the upstream harness is already loaded from another source folder")
-    if ROOT in sys.modules or importlib.util.find_spec(ROOT) is not None:
-        raise RuntimeError(
-            "a real 'vllm' is importable here; the harness would shadow it. Run the "
-            "differential tests in an environment without vllm installed."
-        )
+def load_upstream(version: str, src: Path) -> Upstream:
+    """vLLM ``version``'s loading code from its extracted sources at ``src`` (once per version;
+    ``fetch.ensure_sources(version)`` gives ``src``)."""
+    if version in _LOADED:
+        if _LOADED[version].src != src:
+            raise RuntimeError(f"vllm {version} is already loaded from {_LOADED[version].src}")
+        return _LOADED[version]
+    root = root_of(version)
+    if root in sys.modules:
+        raise RuntimeError(f"{root} is already a module here: the harness would shadow it")
     log = LogRecorder()
-    _install_stubs(log)
-    pkg = src / ROOT / "model_executor"
+    _install_stubs(log, root)
+    sys.meta_path.insert(0, _SourceFinder(root, src))  # before the path finder: every file
+    pkg = src / UPSTREAM / "model_executor"
+    _, x_executor = exec_definitions(
+        pkg / "utils.py",
+        f"{root}.model_executor.utils",
+        _present(
+            pkg / "utils.py",
+            ("set_weight_attrs", "copy_weight_", "storage_view", "weights_already_processed",
+             "is_weights_pre_processed"),
+        ),
+    )  # fmt: skip
     weight_utils, x_weight = exec_definitions(
         pkg / "model_loader" / "weight_utils.py",
-        f"{ROOT}.model_executor.model_loader.weight_utils",
-        ("default_weight_loader", "composed_weight_loader"),
+        f"{root}.model_executor.model_loader.weight_utils",
+        _present(
+            pkg / "model_loader" / "weight_utils.py",
+            ("default_weight_loader", "composed_weight_loader", "finalize_model_weights"),
+        ),
     )
-    reload_pkg = _import_file(
-        f"{ROOT}.model_executor.model_loader.reload",
-        pkg / "model_loader" / "reload" / "__init__.py",
-        package=True,
-    )
+    reload_pkg = importlib.import_module(f"{root}.model_executor.model_loader.reload")
     utils, x_utils = exec_definitions(
         pkg / "models" / "utils.py",
-        f"{ROOT}.model_executor.models.utils",
+        f"{root}.model_executor.models.utils",
         ("WeightsMapper", "AutoWeightsLoader", "no_init_weights", "StageMissingLayer"),
     )
     adapters, x_adapters = exec_definitions(
         pkg / "models" / "adapters.py",
-        f"{ROOT}.model_executor.models.adapters",
+        f"{root}.model_executor.models.adapters",
         ("_create_pooling_model_cls",),
     )
     up = Upstream(
+        version=version,
+        root=root,
+        src=src,
         log=log,
         utils=utils,
         weight_utils=weight_utils,
         adapters=adapters,
         reload=reload_pkg,
-        meta=sys.modules[f"{ROOT}.model_executor.model_loader.reload.meta"],
-        layerwise=sys.modules[f"{ROOT}.model_executor.model_loader.reload.layerwise"],
-        extracted=(x_weight, x_utils, x_adapters),
+        meta=sys.modules[f"{root}.model_executor.model_loader.reload.meta"],
+        layerwise=sys.modules[f"{root}.model_executor.model_loader.reload.layerwise"],
+        extracted=(x_executor, x_weight, x_utils, x_adapters),
     )
-    _LOADED[key] = up
+    _LOADED[version] = up
     return up

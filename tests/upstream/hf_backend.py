@@ -42,7 +42,6 @@ import torch
 from torch import nn
 
 from upstream.harness import (
-    ROOT,
     Upstream,
     _compile,
     _import_bindings,
@@ -50,8 +49,6 @@ from upstream.harness import (
     _register,
     exec_definitions,
 )
-
-BACKEND = f"{ROOT}.model_executor.models.transformers"
 
 
 def _class_methods(
@@ -73,31 +70,32 @@ def _class_methods(
     names = {n.id for f in funcs for n in ast.walk(f) if isinstance(n, ast.Name)}
     body = [imports[n] for n in sorted(names) if n in imports] + funcs
     module = _module(module_name, __file__=str(path))
-    exec(_compile(ast.Module(body=body, type_ignores=[]), path), module.__dict__)
+    root = module_name.split(".")[0]
+    exec(_compile(ast.Module(body=body, type_ignores=[]), path, root), module.__dict__)
     return module
 
 
-class _ParallelLMHead(nn.Module):
-    """Upstream's ``ParallelLMHead`` at one rank: a ``[vocab, hidden]`` weight (unpadded: the
-    padding is its weight loader's concern, not a name), ``tie_weights`` sharing the embedding's,
-    ``_register_bias`` adding the bias ``CausalMixin.load_weights`` fills."""
+def _lm_head_class(default_weight_loader: Any) -> type[nn.Module]:
+    class ParallelLMHead(nn.Module):
+        """Upstream's ``ParallelLMHead`` at one rank: a ``[vocab, hidden]`` weight (unpadded: the
+        padding is its weight loader's concern, not a name), ``tie_weights`` sharing the
+        embedding's, ``_register_bias`` adding the bias ``CausalMixin.load_weights`` fills."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, **_: Any) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
-        self.bias: nn.Parameter | None = None
+        def __init__(self, num_embeddings: int, embedding_dim: int, **_: Any) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+            self.bias: nn.Parameter | None = None
 
-    def tie_weights(self, embed_tokens: nn.Module) -> _ParallelLMHead:
-        self.weight = embed_tokens.weight
-        return self
+        def tie_weights(self, embed_tokens: nn.Module) -> nn.Module:
+            self.weight = embed_tokens.weight
+            return self
 
-    def _register_bias(self) -> None:
-        if self.bias is None:
-            import sys
+        def _register_bias(self) -> None:
+            if self.bias is None:
+                self.bias = nn.Parameter(torch.empty(self.weight.shape[0]))
+                self.bias.weight_loader = default_weight_loader  # one rank: the whole bias
 
-            utils = sys.modules[f"{ROOT}.model_executor.model_loader.weight_utils"]
-            self.bias = nn.Parameter(torch.empty(self.weight.shape[0]))
-            self.bias.weight_loader = utils.default_weight_loader  # one rank: the whole bias
+    return ParallelLMHead
 
 
 class _Pooler:
@@ -208,29 +206,31 @@ def load_backend(up: Upstream, src: Path) -> Backend:
     """The backend's classes from the wheel's sources at ``src`` (once per harness)."""
     if id(up) in _LOADED:
         return _LOADED[id(up)]
-    pkg = src / ROOT
+    root = up.root
+    backend_pkg = f"{root}.model_executor.models.transformers"
+    pkg = src / "vllm"
     models = pkg / "model_executor" / "models"
     # What the mixins import from vLLM's serving stack.
-    _register(_module(f"{ROOT}.sequence", IntermediateTensors=type("IntermediateTensors", (), {})))
-    _register(_module(f"{ROOT}.config.scheduler", RunnerType=str))
-    _register(_module(f"{ROOT}.model_executor.layers.pooler", DispatchPooler=_Pooler))
-    lm = sys_module(f"{ROOT}.model_executor.layers.vocab_parallel_embedding")
-    lm.ParallelLMHead = _ParallelLMHead
+    _register(_module(f"{root}.sequence", IntermediateTensors=type("IntermediateTensors", (), {})))
+    _register(_module(f"{root}.config.scheduler", RunnerType=str))
+    _register(_module(f"{root}.model_executor.layers.pooler", DispatchPooler=_Pooler))
+    lm = sys_module(f"{root}.model_executor.layers.vocab_parallel_embedding")
+    lm.ParallelLMHead = _lm_head_class(up.default_weight_loader)
     lm.VocabParallelEmbedding = nn.Embedding  # replace_embedding_class's result, not run
-    sys_module(f"{ROOT}.model_executor.layers.logits_processor").LogitsProcessor = _Logits
-    interfaces = sys_module(f"{ROOT}.model_executor.models.interfaces")
+    sys_module(f"{root}.model_executor.layers.logits_processor").LogitsProcessor = _Logits
+    interfaces = sys_module(f"{root}.model_executor.models.interfaces")
     interfaces.SupportsCrossEncoding = _Interface
-    base_ifaces = sys_module(f"{ROOT}.model_executor.models.interfaces_base")
+    base_ifaces = sys_module(f"{root}.model_executor.models.interfaces_base")
     base_ifaces.VllmModelForTextGeneration = type("VllmModelForTextGeneration", (), {})
-    utils = sys_module(f"{ROOT}.model_executor.models.utils")
+    utils = sys_module(f"{root}.model_executor.models.utils")
     extra, _ = exec_definitions(
-        models / "utils.py", f"{ROOT}.model_executor.models._utils_extra",
+        models / "utils.py", f"{root}.model_executor.models._utils_extra",
         ("PPMissingLayer", "maybe_prefix"),
     )  # fmt: skip
     utils.PPMissingLayer, utils.maybe_prefix = extra.PPMissingLayer, extra.maybe_prefix
-    exec_definitions(pkg / "config" / "utils.py", f"{ROOT}.config.utils", ("getattr_iter",))
+    exec_definitions(pkg / "config" / "utils.py", f"{root}.config.utils", ("getattr_iter",))
 
-    _register(_module(BACKEND, package=True))
+    _register(_module(backend_pkg, package=True))
     methods = _class_methods(
         models / "transformers" / "base.py",
         "Base",
@@ -240,33 +240,35 @@ def load_backend(up: Upstream, src: Path) -> Backend:
             "init_parameters",
             "load_weights",
         ),
-        f"{BACKEND}._base_methods",
+        f"{backend_pkg}._base_methods",
     )
-    _register(_module(f"{BACKEND}.base", Base=_base_class(methods)))
+    _register(_module(f"{backend_pkg}.base", Base=_base_class(methods)))
     for name, wanted in (
         ("causal", ("CausalMixin",)),
         ("legacy", ("LegacyMixin",)),
         ("pooling", ("EmbeddingMixin", "SequenceClassificationMixin")),
     ):
-        exec_definitions(models / "transformers" / f"{name}.py", f"{BACKEND}.{name}", wanted)
+        exec_definitions(models / "transformers" / f"{name}.py", f"{backend_pkg}.{name}", wanted)
     names = (
         "TransformersForCausalLM",
         "TransformersEmbeddingModel",
         "TransformersForSequenceClassification",
     )
-    init, _ = exec_definitions(models / "transformers" / "__init__.py", f"{BACKEND}._init", names)
+    init, _ = exec_definitions(
+        models / "transformers" / "__init__.py", f"{backend_pkg}._init", names
+    )
     config_model = _class_methods(
         pkg / "config" / "model.py", "ModelConfig", ("_get_transformers_backend_cls",),
-        f"{ROOT}.config._model_methods",
+        f"{root}.config._model_methods",
     )  # fmt: skip
     defaults, _ = exec_definitions(
-        pkg / "config" / "model.py", f"{ROOT}.config._model_defaults",
+        pkg / "config" / "model.py", f"{root}.config._model_defaults",
         ("try_match_architecture_defaults",),
     )  # fmt: skip
     config_model.try_match_architecture_defaults = defaults.try_match_architecture_defaults
     loader = _class_methods(
         pkg / "model_executor" / "model_loader" / "default_loader.py", "DefaultModelLoader",
-        ("track_weights_loading",), f"{ROOT}.model_executor.model_loader._default_methods",
+        ("track_weights_loading",), f"{root}.model_executor.model_loader._default_methods",
     )  # fmt: skip
     backend = Backend(
         {n: getattr(init, n) for n in names},

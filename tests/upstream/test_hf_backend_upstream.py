@@ -32,7 +32,6 @@ from hf_cases import (
 from loadkit import open_checkpoint
 from loadkit.models.transformers import from_config
 from loadkit.models.transformers.config import load_config
-from upstream.fetch import ensure_sources
 from upstream.hf_backend import Backend, load_backend
 
 NO_SUCH_NAME = re.compile(r"There is no module or parameter named '([^']*)'")
@@ -55,7 +54,7 @@ NO_PAD_TOKEN = {"vit"}
 
 @pytest.fixture(scope="session")
 def backend(up) -> Backend:
-    return load_backend(up, ensure_sources())
+    return load_backend(up, up.src)
 
 
 def _stream(weights: dict[str, Any], left_out: set[str], last: list[str]):

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from loadkit_inspect.inspector import inspect_checkpoint
-from upstream.fetch import ensure_sources
-from upstream.harness import _compile
+from upstream.fetch import OLD, ensure_sources
+from upstream.harness import _compile, root_of
 
 
 @pytest.fixture(scope="module")
 def verify_with_parallel_config():
     # The method alone, compiled from the upstream file (its line numbers kept); the one name
     # its signature reads, ParallelConfig (imported under TYPE_CHECKING there), is a plain class.
-    path = ensure_sources() / "vllm" / "config" / "model.py"
+    path = ensure_sources(OLD) / "vllm" / "config" / "model.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     cls = next(s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "ModelConfig")
     method = next(
@@ -28,7 +28,7 @@ def verify_with_parallel_config():
         if isinstance(s, ast.FunctionDef) and s.name == "verify_with_parallel_config"
     )
     namespace: dict = {"ParallelConfig": object}
-    exec(_compile(ast.Module(body=[method], type_ignores=[]), path), namespace)
+    exec(_compile(ast.Module(body=[method], type_ignores=[]), path, root_of(OLD)), namespace)
     return namespace["verify_with_parallel_config"]
 
 

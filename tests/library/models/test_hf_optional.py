@@ -105,17 +105,17 @@ def test_everything_else_runs_without_transformers():
         import importlib, json, pathlib
         import loadkit
         names = []
-        package = pathlib.Path(loadkit.__file__).parent
-        for path in sorted(package.rglob("*.py")):
-            parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        root = pathlib.Path(loadkit.__file__).parent.parent
+        packages = ("loadkit", "loadkit_inspect", "loadkit_notebooks")
+        for path in sorted(p for part in packages for p in (root / part).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             if parts[-1] != "__main__":
                 names.append(".".join(parts))
         for name in names:
             importlib.import_module(name)
-        from loadkit import open_checkpoint
-from loadkit_inspect import inspect_checkpoint
+        from loadkit_inspect import inspect_checkpoint
         from loadkit.models.plamo2 import Plamo2Config, Plamo2ForCausalLM, make_checkpoint
         report = inspect_checkpoint({str(DATA / "plamo2" / "untied.safetensors")!r}, model="plamo2")
         config = Plamo2Config()

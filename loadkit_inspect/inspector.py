@@ -27,6 +27,7 @@ that need it import it, so a header-only report is built from headers alone.
 from __future__ import annotations
 
 import os
+import posixpath
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -441,7 +442,7 @@ def judge_loaders(
     available = available_loaders(built.module)
     selected = select_loaders(options.loader, available)
     strict = options.strict_index
-    files = vllm_choice(read)
+    files = _vllm_choice(read)
     verdicts = {
         VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, files=files)
     }
@@ -456,14 +457,26 @@ def judge_loaders(
     return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
-def vllm_choice(read: CheckpointRead) -> FileChoice | None:
+def _vllm_choice(read: CheckpointRead) -> FileChoice | None:
     """The files vLLM's default loader reads from a folder (``None``: not a folder)."""
     from loadkit_inspect.sources.files import vllm_files
 
     folder = read.checkpoint.path
+    if read.summary.source is not None and read.summary.source.kind == "url":
+        return _served_files(read, "vllm")
     if read.summary.source is None or not os.path.isdir(folder):
         return None
     return vllm_files(folder)
+
+
+def _served_files(read: CheckpointRead, loader: str) -> FileChoice:
+    """The files a URL names (an index's shards, or the file itself): what either loader reads
+    of it (a folder's other files cannot be listed over HTTP)."""
+    from loadkit_inspect.sources.files import FileChoice
+
+    names = tuple(posixpath.basename(f) for f in read.checkpoint.files)
+    how = "the files the index names" if read.summary.index else ""
+    return FileChoice(loader, names, how)
 
 
 def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
@@ -475,7 +488,11 @@ def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
     from loadkit_inspect.sources.files import read_chosen, transformers_files
 
     folder = read.checkpoint.path
-    if read.summary.source is None or not os.path.isdir(folder):  # a file, a URL, a Checkpoint
+    if read.summary.source is not None and read.summary.source.kind == "url":
+        return from_pretrained_verdict(config, read.infos)._replace(
+            files=_served_files(read, "transformers")
+        )
+    if read.summary.source is None or not os.path.isdir(folder):  # a file, a Checkpoint
         return from_pretrained_verdict(config, read.infos)
     choice = transformers_files(folder, getattr(config, "transformers_weights", None))
     infos, raised = read.infos, choice.raises

@@ -9,9 +9,10 @@ A checkpoint "loads" only with respect to a loader:
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
 
-Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
-shapes, make both loaders raise (both read every tensor of every listed file): each column says
-what it raises (``index_raises``). This module is torch-free: the records and the text only.
+Each loader reads the files it chooses itself (``loadkit_inspect.sources.files``): a listed shard
+missing or unreadable makes vLLM raise (``index_raises``), and transformers where it reads that
+shard (its simulation opens the files it reads). This module is torch-free: the records and the
+text only.
 
 >>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
 >>> headline([LoaderVerdict("transformers", True, []), v])
@@ -91,16 +92,14 @@ def _shards(names: list[str]) -> str:
     return ", ".join(f"'{n}'" for n in names)
 
 
-def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]:
-    """What ``loader`` raises for the index problems that stop the load (``[]`` when none
-    does). Both raise for a shard they cannot open: vLLM 0.28.0 ``FileNotFoundError`` for a
-    listed file that is missing (weight_utils.py:594), the safetensors library a
-    ``SafetensorError`` for a file it cannot read. A key stored twice with two shapes fails
-    vLLM's size assertion on one copy (weight_utils.py:1231); transformers checks only the last
-    copy, which the checkpoint keeps, so its own simulation decides."""
+def index_raises(checkpoint: CheckpointSummary) -> list[str]:
+    """What vLLM raises for the folder problems that stop the load (``[]`` when none does):
+    ``FileNotFoundError`` for a listed file that is missing (``filter_duplicate_safetensors_
+    files``), the safetensors library's ``SafetensorError`` for a file it cannot read, and its
+    size assertion for the copy of a key stored twice with two shapes that the parameter does
+    not fit (``default_weight_loader``). transformers' column is its own simulation, on the
+    files it reads."""
     failing = checkpoint.failing
-    if loader == TRANSFORMERS:
-        failing = [p for p in failing if p.kind != "in two shards"]
     out = []
     missing = sorted({p.listed for p in failing if p.kind == "missing shard" and p.listed})
     if missing:
@@ -111,10 +110,11 @@ def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]
     twice = [p.key for p in failing if p.kind == "in two shards" and p.key]
     if twice:
         out.append(f"raises: {_names('key stored twice with two shapes', twice)}")
-    others = [p for p in failing if p.kind not in ("missing shard", "unreadable shard")]
-    others = [p for p in others if p.kind != "in two shards"]
+    known = ("missing shard", "unreadable shard", "in two shards")
+    others = [p for p in failing if p.kind not in known]
     if others:
-        out.append(f"{plural(len(others), 'index problem')} ({others[0].kind})")
+        what = "index problem" if checkpoint.index else "file problem"
+        out.append(f"{plural(len(others), what)} ({others[0].kind})")
     return out
 
 

@@ -209,17 +209,26 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
 
 
 def open_checkpoint(
-    path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
+    path: str | os.PathLike[str],
+    *,
+    strict_index: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Checkpoint:
     """Open a ``.safetensors`` file or a folder of shards (with or without an index).
 
     Only the headers are read, as strictly as the safetensors library reads them, and checked
     against the file sizes (and the index against the shards): a 100 GB checkpoint opens as fast
-    as a small one.
+    as a small one. It opens exactly the folders ``loadkit inspect`` says load: what stops
+    vLLM's and transformers' loaders raises (a shard the index names that is missing or
+    unreadable, a key stored twice with two shapes), what they read without complaint does not
+    (a key in another listed shard than the index says, a listed key no shard holds, a key
+    stored twice with one shape: the last copy, as both loaders keep it).
 
     Args:
         path: a ``.safetensors`` file, a folder of ``*.safetensors`` shards, or a folder with
             ``model.safetensors.index.json``.
+        strict_index: also raise at the first inconsistency between the index and its shards
+            (``loadkit inspect --strict-index`` fails the same folders).
         progress: called with (shards read, shards in all) before each shard and at the end.
 
     Returns:
@@ -233,5 +242,7 @@ def open_checkpoint(
     'lm_head.weight'
     """
     layout = local_layout(path)
-    merged = read_layout(layout, read_safetensors_header, progress=progress)
+    merged = read_layout(
+        layout, read_safetensors_header, strict_index=strict_index, progress=progress
+    )
     return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text)

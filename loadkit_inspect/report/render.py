@@ -132,12 +132,13 @@ def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
     one row), those that stop the load first, at most ``limit`` rows."""
     failing, inconsistent = len(c.failing), len(c.inconsistent)
     notes = len(c.problems) - failing - inconsistent
-    head = f"  index problems ({failing + inconsistent})"
+    # a folder without an index has problems of its files (a key in two, one unreadable)
+    head = f"  {'index' if c.index else 'file'} problems ({failing + inconsistent})"
     if failing:
         head += f": {failing} stop the load (a loader raises)"
         head += f", {inconsistent} inconsistent (these alone would not)" if inconsistent else ""
     elif inconsistent:
-        head += ": loads; the index is inconsistent"
+        head += f": loads; {'the index is' if c.index else 'the files are'} inconsistent"
     else:
         head += ": none"
     lines = [head + (f"; {plural(notes, 'note')}" if notes else "")]
@@ -626,13 +627,16 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
     index = ""
     if inconsistent and not strict and not r.checkpoint.failing:
         index = (
-            f"; the index is inconsistent ({plural(inconsistent, 'problem')} above, every "
-            "tensor still loads)"
+            f"; the index is inconsistent ({plural(inconsistent, 'problem')} above; loaders "
+            "read the files it names, not its list of keys)"
+            if r.checkpoint.index
+            else f"; the files are inconsistent ({plural(inconsistent, 'problem')} above; "
+            "loaders read every copy of a key, the last one stays)"
         )
     if r.clean is None and (r.checkpoint.failing or strict):
         return [
-            f"verdict: the index disagrees with its shards: {_problems(r.problems())}; no model "
-            "given, so names were not matched (exit 1)"
+            f"verdict: {'the index disagrees with its shards' if r.checkpoint.index else 'the files cannot all be read'}: "
+            f"{_problems(r.problems())}; no model given, so names were not matched (exit 1)"
         ]
     if r.clean is None:
         return [

@@ -138,9 +138,8 @@ class InspectReport:
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
-            out.append(
-                f"{plural(n, 'index problem')} that {'stops' if n == 1 else 'stop'} the load"
-            )
+            what = "index problem" if self.checkpoint.index else "file problem"
+            out.append(f"{plural(n, what)} that {'stops' if n == 1 else 'stop'} the load")
         if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
             out.append(

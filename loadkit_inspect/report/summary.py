@@ -12,6 +12,8 @@ from itertools import compress, groupby
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadkit.checkpoint.shards import INDEX_NAME
+
 if TYPE_CHECKING:
     from loadkit.checkpoint import IndexProblem
     from loadkit.checkpoint.reader import Checkpoint, TensorInfo
@@ -32,6 +34,7 @@ class CheckpointSummary(NamedTuple):
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
     problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
     source: Source | None = None  # what the argument named: a path, a repo id, a URL
+    index: str | None = None  # the index file (or URL) read; None: a lone file, no index
 
     @property
     def failing(self) -> list[IndexProblem]:
@@ -62,6 +65,7 @@ class CheckpointSummary(NamedTuple):
                 }
                 for t in self.tensors
             ],
+            "index": self.index,
             "problems": [p.as_dict() for p in self.problems],
             "source": self.source.as_dict() if self.source else None,
         }
@@ -90,7 +94,19 @@ def summarize_checkpoint(
         _per_dtype(list(map(_DTYPE, tensors)), nbytes),
         list(problems or []),
         source,
+        _index(ck.path),
     )
+
+
+def _index(path: str) -> str | None:
+    """The index a checkpoint path was read through: a remote index's URL, a folder's
+    ``model.safetensors.index.json`` (also a dangling link: an index that cannot be read)."""
+    import os
+
+    if path.endswith(".json"):
+        return path
+    index = os.path.join(path, INDEX_NAME)
+    return index if os.path.lexists(index) else None
 
 
 _FILE, _DTYPE, _NBYTES = attrgetter("file"), attrgetter("dtype"), attrgetter("nbytes")

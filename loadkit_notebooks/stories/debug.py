@@ -269,11 +269,14 @@ def _verdict(report: InspectReport) -> str:
     if report.clean is None or report.model is None:
         return "header only (no model)"
 
-    def said(clean: bool) -> str:
-        return "loads cleanly" if clean else "would NOT load"
+    def said(clean: bool, outcome: str = "") -> str:
+        if clean:
+            return "loads cleanly"
+        # transformers' own outcomes: it returns the model with warnings, or raises
+        return {"warns": "loads with warnings", "raises": "raises"}.get(outcome, "would NOT load")
 
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
-        each = ", ".join(f"{n}: {said(v.clean)}" for n, v in report.loaders.items())
+        each = ", ".join(f"{n}: {said(v.clean, v.outcome)}" for n, v in report.loaders.items())
         return f"{report.model.cls}, {each} (colours: the vllm load)"
     return f"{said(bool(report.clean))} into {report.model.cls}"
 

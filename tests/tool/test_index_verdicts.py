@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from loadkit import open_checkpoint
 from loadkit_inspect.inspector import inspect_checkpoint
 
 INDEX = "model.safetensors.index.json"
@@ -72,13 +73,15 @@ def test_a_listed_key_no_shard_holds_loads_and_the_index_is_inconsistent(sharded
     assert r.exit_status == 0 and r.clean is True
     assert {n: v.clean for n, v in r.loaders.items()} == {"transformers": True, "vllm": True}
     (problem,) = r.checkpoint.problems
-    assert (problem.kind, problem.severity) == ("wrong shard", "inconsistent")
+    assert (problem.kind, problem.severity) == ("in no shard", "inconsistent")
     text = r.render()
     assert "index problems (1): loads; the index is inconsistent" in text
     assert text.splitlines()[-1] == (
         "verdict: transformers 5.24.0: would load cleanly | vllm: would load cleanly; the index is "
-        "inconsistent (1 problem above, every tensor still loads) (exit 0)"
+        "inconsistent (1 problem above; loaders read the files it names, not its list of keys) "
+        "(exit 0)"
     )
+    assert list(open_checkpoint(folder).tensors) == [t.name for t in r.checkpoint.tensors]
     strict = inspect_checkpoint(folder, model="hf", strict_index=True)
     assert strict.exit_status == 1 and strict.clean is False
 
@@ -96,7 +99,7 @@ def test_a_listed_key_the_model_needs_that_no_shard_holds_is_missing(sharded_lla
     assert isinstance(info, dict) and info["missing_keys"] == [key]  # warns, does not raise
     r = inspect_checkpoint(folder, model="hf")
     assert [(p.kind, p.key, p.severity) for p in r.checkpoint.problems][0] == (
-        "wrong shard",
+        "in no shard",
         key,
         "inconsistent",
     )

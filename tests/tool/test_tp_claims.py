@@ -35,11 +35,11 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
     )
     flat = " ".join(out.split())  # the columns wrap
     head = " ".join(out.split("\n\n")[0].split())
-    assert head == f"transformers: would load cleanly vllm: would NOT load ({refusal})"
+    assert head == f"transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal})"
     verdict = " ".join(out[out.index("\nverdict:") :].split())
     assert (
         verdict
-        == f"verdict: transformers: would load cleanly vllm: would NOT load ({refusal}) (exit 1)"
+        == f"verdict: transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal}) (exit 1)"
     )
     # each message once: the section lists every error, the verdict only what vLLM raises
     assert flat.count("Total number of attention heads (4)") == 3  # headline, section, verdict
@@ -55,6 +55,7 @@ def test_the_json_verdict_is_the_exit_status_and_the_refusal_is_vllms(llama_4_he
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
         "clean": True,
+        "outcome": "loads",
         "problems": [],
     }
     assert doc["loaders"]["vllm"]["clean"] is False

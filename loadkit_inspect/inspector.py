@@ -27,7 +27,6 @@ that need it import it, so a header-only report is built from headers alone.
 from __future__ import annotations
 
 import os
-import posixpath
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -240,7 +239,11 @@ def read_checkpoint(
     progress: Progress | None = None,
 ) -> CheckpointRead:
     """Open ``checkpoint``'s headers: a path (a folder: every index problem collected, the rest
-    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards."""
+    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards.
+    Each loader's files are chosen as it chooses them; the checkpoint kept is what vLLM reads
+    (the dry load's input), every file counted."""
+    from loadkit_inspect.sources.files import loader_files
+
     problems: list[IndexProblem] = []
     named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
@@ -248,7 +251,28 @@ def read_checkpoint(
     else:
         count = progress.stage("reading headers", "shard") if progress else None
         ck, problems, named = open_source(checkpoint, timeout=timeout, progress=count)
-    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named))
+    choices = loader_files(ck.path, named.kind if named else None, ck.files)
+    held = ck.held
+    ck = _as_vllm_reads(ck, choices.get("vllm"))
+    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named, choices, held))
+
+
+def _as_vllm_reads(ck: Checkpoint, choice: FileChoice | None) -> Checkpoint:
+    """The checkpoint as vLLM reads it, where its files are not the ones read (a
+    ``consolidated*.safetensors`` file selects the Mistral format; numbers in file names sort
+    as numbers): those files, every tensor of each, in its order."""
+    from loadkit.checkpoint import Layout, read_layout, read_safetensors_header
+
+    if choice is None or not choice.files or choice.raises or choice.pickle:
+        return ck
+    if not os.path.isdir(ck.path):  # a file, a URL: what both loaders read
+        return ck
+    paths = [os.path.join(ck.path, f) for f in choice.files]
+    if paths == ck.files:
+        return ck
+    layout = Layout(ck.path, None, dict(zip(choice.files, paths, strict=True)), {}, {})
+    merged = read_layout(layout, read_safetensors_header, strict=False, exists=os.path.lexists)
+    return Checkpoint(ck.path, merged.files, merged.tensors, merged.metadata_text, merged.held)
 
 
 def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
@@ -458,43 +482,25 @@ def judge_loaders(
 
 
 def _vllm_choice(read: CheckpointRead) -> FileChoice | None:
-    """The files vLLM's default loader reads from a folder (``None``: not a folder)."""
-    from loadkit_inspect.sources.files import vllm_files
-
-    folder = read.checkpoint.path
-    if read.summary.source is not None and read.summary.source.kind == "url":
-        return _served_files(read, "vllm")
-    if read.summary.source is None or not os.path.isdir(folder):
-        return None
-    return vllm_files(folder)
-
-
-def _served_files(read: CheckpointRead, loader: str) -> FileChoice:
-    """The files a URL names (an index's shards, or the file itself): what either loader reads
-    of it (a folder's other files cannot be listed over HTTP)."""
-    from loadkit_inspect.sources.files import FileChoice
-
-    names = tuple(posixpath.basename(f) for f in read.checkpoint.files)
-    how = "the files the index names" if read.summary.index else ""
-    return FileChoice(loader, names, how)
+    """The files vLLM's default loader reads (``None``: an opened ``Checkpoint``)."""
+    return read.summary.loader_files.get("vllm")
 
 
 def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
     """``from_pretrained`` simulated on the files it reads (a folder: chosen as transformers
-    chooses them; a file or a URL: that checkpoint). Where it raises before loading (no file
-    it reads, one it cannot open), the lists are those of what it could read: of every file
-    when it reads none (what it would give once they are laid out as it reads them)."""
+    chooses them, the config's ``transformers_weights`` included; a file or a URL: that
+    checkpoint). Where it raises before loading (no file it reads, one it cannot open), the
+    lists are those of what it could read: of the files vLLM reads when it reads none."""
     from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
-    from loadkit_inspect.sources.files import read_chosen, transformers_files
+    from loadkit_inspect.sources.files import configured_weights, read_chosen, transformers_files
 
+    choice = read.summary.loader_files.get("transformers")
     folder = read.checkpoint.path
-    if read.summary.source is not None and read.summary.source.kind == "url":
-        return from_pretrained_verdict(config, read.infos)._replace(
-            files=_served_files(read, "transformers")
-        )
-    if read.summary.source is None or not os.path.isdir(folder):  # a file, a Checkpoint
-        return from_pretrained_verdict(config, read.infos)
-    choice = transformers_files(folder, getattr(config, "transformers_weights", None))
+    if choice is None or not os.path.isdir(folder) or read.summary.source is None:
+        return from_pretrained_verdict(config, read.infos)._replace(files=choice)
+    explicit = getattr(config, "transformers_weights", None)
+    if explicit != configured_weights(folder):  # another config (hf:PATH) names another file
+        choice = transformers_files(folder, explicit)
     infos, raised = read.infos, choice.raises
     chosen = [os.path.join(folder, f) for f in choice.files]
     if choice.files and not choice.pickle and chosen != read.checkpoint.files:

@@ -196,7 +196,8 @@ def transformers_problems(result: FromPretrained) -> list[str]:
     if result.unexpected:
         out.append(_kind("unused", "UNEXPECTED", result.unexpected))
     if result.mismatched:
-        out.append(_kind("reinitialised at random", "MISMATCH", [m.name for m in result.mismatched]))
+        names = [m.name for m in result.mismatched]
+        out.append(_kind("reinitialised at random", "MISMATCH", names))
     return out
 
 

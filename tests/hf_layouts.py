@@ -1,4 +1,4 @@
-"""Folder layouts of a checkpoint transformers wrote, and every verdict on each, against the loaders.
+"""Folder layouts of a checkpoint transformers wrote, and every verdict on each, against loaders.
 
 ``hf_cases`` mutates a checkpoint's tensors; here the tensors stay and the *folder* changes: the
 index removed, one file oddly named, a stale ``model.safetensors`` beside the shards, a PEFT

@@ -93,6 +93,9 @@ class Merged(NamedTuple):
     tensors: dict[str, TensorInfo]  # as a loader following the index reads them
     metadata_text: dict[str, str | None]  # file -> its ``__metadata__`` JSON text
     problems: list[IndexProblem]  # always empty when strict
+    # every file read (the index's shards and the files beside it) -> (tensors, bytes) its
+    # header holds: a key stored in two files counts in each
+    held: dict[str, tuple[int, int]] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 class _Headers(NamedTuple):
@@ -152,12 +155,22 @@ def read_layout(
         problems += found
     tensors = _merge(layout, headers.by_shard, readable, several, as_indexed, problems)
     files = [layout.shards[s] for s in readable]
+    held = _held(layout, headers.by_shard)
     if strict:  # a key the index does not list is read, and not a problem
-        return Merged(files, tensors, headers.metadata_text, [])
+        return Merged(files, tensors, headers.metadata_text, [], held)
     problems += _copies(layout, headers.by_shard, readable, first, several)
     problems += _total_size(layout, headers.by_shard, tensors, several)
     problems += _unindexed(layout, headers.by_shard)
-    return Merged(files, tensors, headers.metadata_text, problems)
+    return Merged(files, tensors, headers.metadata_text, problems, held)
+
+
+def _held(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> dict[str, tuple[int, int]]:
+    """Each file read -> (tensors, bytes) of its own header, in reading order."""
+    files = {**layout.shards, **layout.others}
+    return {
+        files[shard]: (len(infos), sum(map(_NBYTES, infos.values())))
+        for shard, infos in headers.items()
+    }
 
 
 def _read_headers(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -135,12 +135,31 @@ class Checkpoint:
         files: list[str],
         tensors: dict[str, TensorInfo],
         metadata_text: dict[str, str | None],
+        held: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         self.path = path
         self.files = files
         self.tensors = tensors
         self._metadata_text = metadata_text
         self._metadata: dict[str, dict[str, str]] | None = None
+        self._held = held
+
+    @property
+    def held(self) -> dict[str, tuple[int, int]]:
+        """Every file read -> ``(tensors, bytes)`` its header holds, in reading order: a key
+        stored in two files counts in each, a file beside the index that it does not name is
+        counted too (``tensors`` keeps one copy of each key, from the files a loader reads)."""
+        if self._held is None:  # one copy of each key: what ``tensors`` holds, per file
+            totals = dict.fromkeys(self.files, (0, 0))
+            infos = list(self.tensors.values())
+            start = 0
+            for file, run in groupby(map(_FILE, infos)):  # each run of one file summed at once
+                n = len(list(run))
+                tensors, size = totals.get(file, (0, 0))
+                totals[file] = (tensors + n, size + sum(map(_NBYTES, infos[start : start + n])))
+                start += n
+            self._held = totals
+        return self._held
 
     @property
     def metadata(self) -> dict[str, dict[str, str]]:
@@ -186,7 +205,7 @@ class Checkpoint:
         )
 
 
-_NBYTES = attrgetter("nbytes")
+_NBYTES, _FILE = attrgetter("nbytes"), attrgetter("file")
 
 
 def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Tensor:
@@ -245,4 +264,4 @@ def open_checkpoint(
     merged = read_layout(
         layout, read_safetensors_header, strict_index=strict_index, progress=progress
     )
-    return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text)
+    return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text, merged.held)

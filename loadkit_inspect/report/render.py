@@ -98,30 +98,73 @@ def _source(source: Source | None) -> list[str]:
 def _checkpoint(r: Report, limit: int) -> list[str]:
     c = r.checkpoint
     n = len(c.tensors)
+    held = [s for s in c.files if s.tensors is not None]
+    total, size = sum(s.tensors or 0 for s in held), sum(s.nbytes for s in held)
     lines = [
         f"checkpoint  {printable(c.path)}",
         *_source(c.source),
-        f"  {plural(len(c.files), 'file')}, {plural(n, 'tensor')}, {format_bytes(c.total_bytes)}",
+        f"  {plural(len(c.files), 'file')}, {plural(total, 'tensor')}, {format_bytes(size)}",
+    ]
+    if (total, size) != (n, c.total_bytes):  # a key in two files, a file no loader reads
+        lines.append(
+            f"  vllm reads {plural(n, 'tensor')} ({format_bytes(c.total_bytes)}) of them: the "
+            "files it reads, one copy of each key (the layout below)"
+        )
+    lines.append(
         "  dtypes  "
         + ", ".join(
             f"{d} {plural(k, 'tensor')} ({format_bytes(b)})" for d, (k, b) in c.dtypes.items()
-        ),
-    ]
+        )
+    )
     if len(c.files) > 1 or os.path.isdir(c.path) or c.path.endswith(".json"):  # a remote index
-        lines.append("  shards")
-        rows = [
-            (
-                printable(os.path.basename(s.file)),
-                f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}",
-                format_bytes(s.nbytes),
-            )
-            for s in c.files
-        ]
-        shown = table(rows, align="llr", indent="    ", min_widths=(0, 0, 10)).splitlines()
-        lines += _capped(shown, len(rows), limit)
+        lines += _file_rows(c, limit)
+    lines += _reads(c)
     if c.problems:
         lines += _index_problems(c, limit)
     return lines
+
+
+def _file_rows(c: CheckpointSummary, limit: int) -> list[str]:
+    """Every file with the tensors its header holds, and (where the loaders part ways) the
+    loaders that read it."""
+    split = len({s.read_by for s in c.files}) > 1 or any(not s.read_by for s in c.files)
+    split = split and bool(c.loader_files)
+    rows = []
+    for s in c.files:
+        count = (
+            "cannot be read"
+            if s.tensors is None
+            else f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}"
+        )
+        row = [printable(os.path.basename(s.file)), count, format_bytes(s.nbytes)]
+        if split:
+            row.append(", ".join(s.read_by) if s.read_by else "read by no loader")
+        rows.append(tuple(row))
+    align = "llr" + ("l" if split else "")
+    shown = table(rows, align=align, indent="    ", min_widths=(0, 0, 10, 0)[: len(align)])
+    head = "  files" + ("  (with the loaders that read each)" if split else "")
+    return [head, *_capped(shown.splitlines(), len(rows), limit)]
+
+
+def _reads(c: CheckpointSummary) -> list[str]:
+    """Which files each loader reads, chosen as it chooses them, or what it raises instead."""
+    choices = c.loader_files
+    if not choices or not any(x.how or x.raises for x in choices.values()):
+        return []  # one file: what both read
+    said = {}
+    readable = len([s for s in c.files if s.tensors is not None])
+    for loader, x in choices.items():
+        if x.raises is not None:
+            said[loader] = f"no file: it raises {x.raises.text()}"
+            continue
+        files = ", ".join(printable(f) for f in x.files[:3])
+        files += f" and {len(x.files) - 3} more" if len(x.files) > 3 else ""
+        if len(x.files) > 1 and len(x.files) == readable == len(c.files):
+            files = "both files" if len(x.files) == 2 else f"all {len(x.files)} files"
+        said[loader] = files + (f" ({x.how})" if x.how else "")
+    if len(set(said.values())) == 1:
+        return [f"  read by {' and '.join(said)}: {next(iter(said.values()))}"]
+    return [f"  {loader} reads {what}" for loader, what in said.items()]
 
 
 _SEVERITY = {"fails": 0, "inconsistent": 1, "note": 2}
@@ -635,8 +678,8 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
         )
     if r.clean is None and (r.checkpoint.failing or strict):
         return [
-            f"verdict: {'the index disagrees with its shards' if r.checkpoint.index else 'the files cannot all be read'}: "
-            f"{_problems(r.problems())}; no model given, so names were not matched (exit 1)"
+            f"verdict: {_disagree(r.checkpoint)}: {_problems(r.problems())}; no model given, so "
+            "names were not matched (exit 1)"
         ]
     if r.clean is None:
         return [
@@ -648,6 +691,10 @@ def _final_verdict(r: Report, head: str | None) -> list[str]:
     if r.fix is not None and r.fix.proven:
         lines.append("         (it would load cleanly with the suggested fix, at the top)")
     return lines
+
+
+def _disagree(c: CheckpointSummary) -> str:
+    return "the index disagrees with its shards" if c.index else "the files cannot all be read"
 
 
 def _loads(r: Report, head: str | None, index: str) -> list[str]:

@@ -154,7 +154,8 @@ def transformers_files(folder: str | os.PathLike[str], explicit: str | None = No
     found = weight_files(p)
     why = f"no {SINGLE} and no index in the folder"
     if found:
-        why += f" (it never reads {found[0]})" if len(found) == 1 else f" (it never reads its {len(found)} weight files)"
+        what = found[0] if len(found) == 1 else f"its {len(found)} weight files"
+        why += f" (it never reads {what})"
     raised = Raised("OSError", message, why)
     return FileChoice("transformers", (), "none", raised, unread=tuple(found))
 
@@ -170,7 +171,10 @@ def _explicit(p: Path, explicit: str) -> FileChoice:
         return FileChoice("transformers", (), "none", Raised("ValueError", message))
     base = os.path.abspath(p)
     if os.path.commonpath([base, os.path.abspath(p / explicit)]) != base:
-        message = f"`transformers_weights` must reference a file inside the model directory, got {explicit}"
+        message = (
+            "`transformers_weights` must reference a file inside the model directory, got "
+            f"{explicit}"
+        )
         return FileChoice("transformers", (), "none", Raised("ValueError", message))
     how = "the config's transformers_weights"
     if not explicit.endswith(".index.json"):
@@ -314,3 +318,31 @@ def _open_error(path: str, name: str, exc: Exception) -> Raised:
     if not os.path.isfile(path):
         return Raised("OSError", f"{path} is not a regular file", f"'{name}' is not a file")
     return Raised("SafetensorError", str(exc), f"'{name}' cannot be read")
+
+
+def configured_weights(folder: str | os.PathLike[str]) -> str | None:
+    """The ``transformers_weights`` of the folder's ``config.json`` (the file transformers reads
+    instead of looking for one), or ``None``; a config that cannot be read names none (the
+    model's build says what is wrong with it)."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            value = json.load(f).get("transformers_weights")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def loader_files(path: str, kind: str | None, files: list[str]) -> dict[str, FileChoice]:
+    """Each loader's files for a checkpoint opened from ``path`` (``kind``: what it named,
+    ``path``, ``hub`` or ``url``; ``files``: what was read): a folder's chosen as each loader
+    chooses them; a file or a URL is what both read."""
+    if kind is None:
+        return {}
+    if kind != "url" and os.path.isdir(path):
+        return {
+            "transformers": transformers_files(path, configured_weights(path)),
+            "vllm": vllm_files(path),
+        }
+    names = tuple(f.rsplit("/", 1)[-1] for f in files)
+    how = "the files the index names" if path.endswith(".json") else ""
+    return {loader: FileChoice(loader, names, how) for loader in ("transformers", "vllm")}

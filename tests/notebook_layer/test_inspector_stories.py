@@ -270,7 +270,9 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
     assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper
     both = debug.report_sections(panel.report, "model", "mapper")
-    verdict = "verdict:\n  transformers 5.24.0: would load cleanly\n  vllm: would NOT load (2 missing: "
+    verdict = (
+        "verdict:\n  transformers 5.24.0: would load cleanly\n  vllm: would NOT load (2 missing: "
+    )
     assert both.index("model  hf:") < both.index("mapper  (") < both.index(verdict)
     summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())  # folded at 100
     assert summary == (

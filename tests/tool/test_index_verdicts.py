@@ -104,9 +104,7 @@ def test_a_listed_key_the_model_needs_that_no_shard_holds_is_missing(sharded_lla
         "inconsistent",
     )
     assert r.from_pretrained.missing == (key,)
-    assert r.loaders["transformers"].problems == [
-        f"1 newly initialised at random (MISSING: {key})"
-    ]
+    assert r.loaders["transformers"].problems == [f"1 newly initialised at random (MISSING: {key})"]
     assert r.loaders["transformers"].outcome == "warns"  # it loads, with that tensor random
     assert r.loaders["vllm"].problems == [f"1 missing: {key}"]
     assert r.exit_status == 1 and r.clean is False

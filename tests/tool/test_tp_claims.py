@@ -39,7 +39,8 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
     verdict = " ".join(out[out.index("\nverdict:") :].split())
     assert (
         verdict
-        == f"verdict: transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal}) (exit 1)"
+        == f"verdict: transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal}) "
+        "(exit 1)"
     )
     # each message once: the section lists every error, the verdict only what vLLM raises
     assert flat.count("Total number of attention heads (4)") == 3  # headline, section, verdict

@@ -139,7 +139,8 @@ def vllm_verdict(
     checks ``tp`` before it builds the model and the index before it loads a weight: what
     raises first is all it says."""
     problems = tp.problems() if tp is not None else []
-    raised = index_raises(checkpoint)
+    # the index's problems are vLLM's where it reads the index's files (not the Mistral format)
+    raised = [] if files is not None and files.mistral else index_raises(checkpoint)
     if files is not None and files.raises is not None:  # before it opens a file
         raised = [f"raises {files.raises.text()}"]
     if problems or raised:

@@ -44,6 +44,7 @@ raise. Torch-free.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable
 from operator import attrgetter
@@ -423,7 +424,12 @@ def _unindexed(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> lis
     for shard in layout.others:
         n = len(headers.get(shard, {}))
         who = "loaders never read it"
-        if shard == SINGLE_FILE:
+        if fnmatch.fnmatch(os.path.basename(shard), "consolidated*.safetensors"):
+            who = (
+                "transformers never reads it, but vLLM does, and not the index's shards (a "
+                "consolidated*.safetensors file selects its Mistral format)"
+            )
+        elif shard == SINGLE_FILE:
             who = (
                 "vLLM never reads it (it reads the files the index names), but transformers' "
                 "from_pretrained reads it instead of the index and its shards"

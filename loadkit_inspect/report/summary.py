@@ -40,7 +40,8 @@ class CheckpointSummary(NamedTuple):
     dtypes: dict[str, tuple[int, int]]  # dtype -> (tensors, bytes)
     problems: list[IndexProblem] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
     source: Source | None = None  # what the argument named: a path, a repo id, a URL
-    index: str | None = None  # the index file (or URL) read; None: a lone file, no index
+    # the index file (or URL) read; None: a lone file, no index
+    index: str | None = None  # type: ignore[assignment]  # a field named like tuple.index
     # each loader -> the files it reads (a folder, a URL); {}: an opened Checkpoint
     loader_files: dict[str, FileChoice] = {}  # noqa: RUF012 (a NamedTuple default)
 

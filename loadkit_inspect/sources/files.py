@@ -90,6 +90,7 @@ class FileChoice(NamedTuple):
     raises: Raised | None = None
     pickle: bool = False
     unread: tuple[str, ...] = ()
+    mistral: bool = False  # vLLM: consolidated*.safetensors, not the hf files and their index
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class FileChoice(NamedTuple):
             "raises": self.raises.as_dict() if self.raises else None,
             "pickle": self.pickle,
             "unread": list(self.unread),
+            "mistral_format": self.mistral,
         }
 
 
@@ -240,13 +242,14 @@ def vllm_files(folder: str | os.PathLike[str], version: str = "0.34.0") -> FileC
         if missing:
             message = f"Weight files referenced in index but missing: {set(missing)}"
             why = _unglobbed([os.path.relpath(m, hf_folder) for m in missing], hf_folder)
-            return FileChoice(loader, (), how, Raised("FileNotFoundError", message, why))
+            raised = Raised("FileNotFoundError", message, why)
+            return FileChoice(loader, (), how, raised, mistral=mistral)
         found = [f for f in found if f in named]
         how = "the files " + (MISTRAL_INDEX if mistral else "the index") + " names"
     else:
         how += " file, no index"
     files = tuple(os.path.relpath(f, hf_folder) for f in sorted(found, key=natural_key))
-    return FileChoice(loader, files, how, unread=_unread(p, files))
+    return FileChoice(loader, files, how, unread=_unread(p, files), mistral=mistral)
 
 
 def _unglobbed(entries: list[str], hf_folder: str) -> str:

@@ -1,5 +1,5 @@
 # make setup: .venv with torch (the CPU wheel: a looser spec pulls a CUDA build) and every extra
-# (hf, notebooks, dev). Two commands for a fresh machine: make lab (open the kit), make test (run
+# (torch, hf, notebooks, dev). Two commands for a fresh machine: make lab (open the kit), make test (run
 # every test); both run make setup first.
 # make test-upstream: loadkit against vLLM 0.34.0 and 0.28.0 (their own code; fetches the wheels once).
 PYTHON ?= python3
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[hf,notebooks,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,hf,notebooks,dev]'
 	touch $@
 
 lab: $(STAMP)

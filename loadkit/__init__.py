@@ -36,9 +36,20 @@ _EXPORTS = {
     "LoadkitError": "loadkit.errors",
     "Behaviour": "loadkit.terms",
     "Status": "loadkit.terms",
+    "VLLM_VERSION": "loadkit.terms",
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The modules of public names that import no torch (``pip install loadkit`` has them); every
+# other name needs the ``torch`` extra.
+_TORCH_FREE = {
+    "loadkit.mapper",
+    "loadkit.checkpoint.reader",
+    "loadkit.pooling.probe",
+    "loadkit.errors",
+    "loadkit.terms",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -48,6 +59,10 @@ def __getattr__(name: str) -> Any:
         if not name.startswith("_") and importlib.util.find_spec(f"loadkit.{name}") is not None:
             return importlib.import_module(f"loadkit.{name}")
         raise AttributeError(f"module 'loadkit' has no attribute {name!r}")
+    if module not in _TORCH_FREE:
+        from loadkit.errors import require_torch
+
+        require_torch(f"loadkit.{name}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -15,6 +15,32 @@ class LoadkitError(ValueError):
     """Base class of every loadkit error (also ``from loadkit import LoadkitError``)."""
 
 
+TORCH_HINT = "pip install 'loadkit[torch]'"
+
+
+class MissingExtraError(LoadkitError, ImportError):
+    """A part of loadkit that needs an extra not installed here (torch: the ``torch`` extra).
+
+    An ``ImportError`` too, so ``except ImportError`` around an optional import still works.
+    """
+
+
+def require_torch(what: str) -> None:
+    """Raise ``MissingExtraError`` naming the ``torch`` extra when torch cannot be imported.
+
+    ``pip install loadkit`` is the library's torch-free parts and the header-only inspect;
+    whatever loads, counts or simulates needs ``pip install 'loadkit[torch]'``.
+
+    >>> require_torch("loadkit.loading")  # torch is installed here: nothing happens
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{what} needs torch, which cannot be imported here ({exc}): {TORCH_HINT}"
+        ) from None
+
+
 class BehaviourError(LoadkitError):
     """A ``behaviour`` (or another choice among names) that is not one of the allowed names."""
 
@@ -214,3 +240,38 @@ class PartialLayerWarning(UserWarning):
 
 class UnloadedLayerWarning(PartialLayerWarning):
     """``finalize_layerwise_reload`` found layers that received no weights at all."""
+
+
+class WeightsNotLoadedWarning(UserWarning):
+    """``reload_weights``: parameters the update's load never reported loaded (vLLM 0.32.0 on:
+    "Following weights were not loaded from checkpoint")."""
+
+
+# --- direct reload and the load plan (vLLM 0.34.0) ------------------------------------------------
+
+
+class DirectReloadError(ReloadStateError):
+    """A direct reload was refused: no checkpoint layout recorded, a parameter replaced by
+    post-load processing, a storage too small for its checkpoint layout, a finish without a
+    begin. Raised before the model is changed, except by a finish."""
+
+
+class LoadPlanError(ReloadStateError):
+    """A load plan cannot be made for this model (outside a direct reload, a name declared
+    twice, a loader that combines several checkpoint tensors, tracing that failed)."""
+
+
+class Fallback(Exception):
+    """A checkpoint name the load plan cannot write directly; the message says why. Caught by
+    the plan, which sends that name through ``load_weights``."""
+
+
+class TraceStopped(LoadkitError):
+    """A loader needs the values of a traced checkpoint tensor (``.item()``), or an op on it
+    fails on the meta device: the trace of that name stops, and the name falls back. Caught by
+    the plan's bake; a ``LoadkitError`` so that loading code re-raises it unchanged."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"tracing {name!r} stopped: {reason}")
+        self.name = name
+        self.reason = reason

@@ -1,16 +1,18 @@
 """``WeightsMapper``: rewrites checkpoint names into model names.
 
-Six stages run in a fixed order, as in vLLM 0.28.0: renaming (objects with a
+Six stages run in a fixed order, as in vLLM 0.34.0: renaming (objects with a
 ``rename_source_key(key) -> (new_key, _)`` method, such as transformers' ``WeightRenaming``),
 then the five rule tables regex, substr, stacked, prefix, suffix. Within a stage every rule is
 tried in order against the name as the earlier rules left it, so rules chain. A table rule whose
-value is ``None`` drops the weight. This module does not import torch: the header-only inspector
-maps names without it.
+value is ``None`` drops the weight. A stacked rule's shard id may be a list (``ShardIds``): the
+one checkpoint tensor is then loaded into each of those shards in turn. ``weights_transforms``
+rewrite the raw ``(name, tensor)`` stream before any name is mapped (``apply`` only). This module
+does not import torch: the header-only inspector maps names without it.
 
 The stacked stage has two behaviours, chosen when the mapper is built (every other stage is the
 same in both):
 
-- ``"old"`` (the default: what vLLM 0.28.0 does): every key is a raw substring, every rule is
+- ``"old"`` (the default: what vLLM 0.34.0 still does): every key is a raw substring, every rule is
   tried in turn, so a later rule can match inside an earlier rule's output (``q_proj`` ->
   ``qkv_proj``, then ``v_proj`` inside it -> ``qkqkv_proj``, shard ``v``);
 - ``"new"`` (vLLM PR #48564, not merged upstream): a key matches whole dotted components only
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -36,6 +38,10 @@ STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (
 ALL_STAGES = ("renaming", *STAGES)  # the order names go through
 
 ShardId = Any  # upstream uses ints and strings ("q", "k", "v", 0, 1, ...)
+# One shard, or a list of shards the same checkpoint tensor is loaded into in turn.
+ShardIds = Any
+# A lazy transform over the raw (name, tensor) stream, applied before any name mapping.
+WeightsTransformFn = Callable[[Iterable[tuple[str, Any]]], Iterable[tuple[str, Any]]]
 
 
 class MapStep(NamedTuple):
@@ -52,7 +58,7 @@ class MapTrace(NamedTuple):
 
     name: str
     result: str | None
-    shard_id: ShardId | None
+    shard_id: ShardIds | None  # a list: the tensor goes to each of these shards in turn
     steps: tuple[MapStep, ...]
 
     @property
@@ -152,11 +158,15 @@ class WeightsMapper:
         orig_to_new_regex: pattern -> replacement (back-references allowed) or ``None`` (drop).
         orig_to_new_substr: substring -> replacement of its first occurrence, or ``None``.
         orig_to_new_stacked: substring -> ``(new_substr, shard_id)``: packs a tensor into a
-            stacked parameter and tags it with its shard, or ``None``.
+            stacked parameter and tags it with its shard (a list of shard ids: the tensor is
+            loaded into each in turn), or ``None``.
         orig_to_new_prefix: prefix -> new prefix (``""`` prepends to every name), or ``None``.
         orig_to_new_suffix: suffix -> new suffix, or ``None``.
+        weights_transforms: callables over the raw ``(name, tensor)`` stream, applied in order
+            by ``apply`` before any name is mapped (a transform passes what it does not
+            recognise through unchanged).
         behaviour: how the stacked stage matches (the module docstring tells both). ``"old"``,
-            the default, is vLLM 0.28.0's; ``"new"`` matches whole components, first match only.
+            the default, is vLLM 0.34.0's; ``"new"`` matches whole components, first match only.
 
     A bad rule (an empty suffix, a regex that does not compile) raises ``MapperConfigError``
     here, when the mapper is built. The module docstring tells how the stages chain.
@@ -171,10 +181,11 @@ class WeightsMapper:
     orig_to_new_renaming: Sequence[Renaming] = field(default_factory=list)
     orig_to_new_regex: Mapping[str | re.Pattern[str], str | None] = field(default_factory=dict)
     orig_to_new_substr: Mapping[str, str | None] = field(default_factory=dict)
-    orig_to_new_stacked: Mapping[str, tuple[str, ShardId] | None] = field(default_factory=dict)
+    orig_to_new_stacked: Mapping[str, tuple[str, ShardIds] | None] = field(default_factory=dict)
     orig_to_new_prefix: Mapping[str, str | None] = field(default_factory=dict)
     orig_to_new_suffix: Mapping[str, str | None] = field(default_factory=dict)
-    # Keyword-only, so the six tables keep upstream's positional order.
+    weights_transforms: Sequence[WeightsTransformFn] = field(default_factory=list)
+    # Keyword-only, so the six tables and the transforms keep upstream's positional order.
     behaviour: Behaviour = field(default="old", kw_only=True)
 
     def __post_init__(self) -> None:
@@ -188,6 +199,32 @@ class WeightsMapper:
                     f"rename_source_key(key) method, not {r!r}"
                 )
         object.__setattr__(self, "orig_to_new_renaming", renaming)
+        transforms = tuple(self.weights_transforms)
+        for t in transforms:
+            if not callable(t):
+                raise MapperConfigError(
+                    f"WeightsMapper: weights_transforms holds callables over the (name, tensor) "
+                    f"stream, not {t!r}"
+                )
+        object.__setattr__(self, "weights_transforms", transforms)
+        object.__setattr__(self, "_regex", self._compiled_regex())
+        for suffix in self.orig_to_new_suffix:
+            if suffix == "":
+                raise MapperConfigError(
+                    "WeightsMapper: an empty suffix in orig_to_new_suffix would match every name; "
+                    "use orig_to_new_prefix={'': ...} to prepend, or a regex"
+                )
+        object.__setattr__(self, "_stacked_order", self._checked_stacked())
+        for fname in ("orig_to_new_substr", "orig_to_new_prefix", "orig_to_new_suffix"):
+            for key, value in getattr(self, fname).items():
+                if not isinstance(key, str) or not (value is None or isinstance(value, str)):
+                    raise MapperConfigError(
+                        f"WeightsMapper: {fname} rules map str to str or None, "
+                        f"not {key!r}: {value!r}"
+                    )
+
+    def _compiled_regex(self) -> tuple[tuple[Any, str | None], ...]:
+        """Each regex rule compiled, its replacement checked against the pattern's groups."""
         compiled = []
         for pattern, repl in self.orig_to_new_regex.items():
             rx = _compile(pattern)
@@ -200,43 +237,40 @@ class WeightsMapper:
                         f"{repl!r}: {exc}"
                     ) from None
             compiled.append((rx, repl))
-        object.__setattr__(self, "_regex", tuple(compiled))
-        for suffix in self.orig_to_new_suffix:
-            if suffix == "":
-                raise MapperConfigError(
-                    "WeightsMapper: an empty suffix in orig_to_new_suffix would match every name; "
-                    "use orig_to_new_prefix={'': ...} to prepend, or a regex"
-                )
+        return tuple(compiled)
+
+    def _checked_stacked(self) -> tuple[tuple[str, tuple[str, ...], Any], ...]:
+        """The stacked rules checked; under ``"new"`` as ``(key, components, target)`` in the
+        order they are tried (``()`` under ``"old"``, which tries the table as it is)."""
         for key, value in self.orig_to_new_stacked.items():
             if not isinstance(key, str) or (
                 value is not None
-                and not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str))
+                and not (
+                    isinstance(value, tuple)
+                    and len(value) == 2
+                    and isinstance(value[0], str)
+                    and value[1] != []
+                )
             ):
                 raise MapperConfigError(
-                    f"WeightsMapper: orig_to_new_stacked[{key!r}] must be (new_substr, shard_id) "
-                    f"or None, not {value!r}"
+                    f"WeightsMapper: orig_to_new_stacked[{key!r}] must be (new_substr, shard_id), "
+                    f"(new_substr, [shard_id, ...]) or None, not {value!r}"
                 )
-        order: list[tuple[str, tuple[str, ...], tuple[str, ShardId] | None]] = []
-        if self.behaviour == "new":
-            for key, value in self.orig_to_new_stacked.items():
-                parts = tuple(key.strip(".").split("."))
-                if "" in parts:
-                    raise MapperConfigError(
-                        f"WeightsMapper: orig_to_new_stacked key {key!r} is not dotted name "
-                        "components (behaviour='new' matches whole components)"
-                    )
-                order.append((key, parts, value))
-            # The longest key first (a fully qualified key beats its short alias); ties keep
-            # the table's order (sorted is stable).
-            order.sort(key=lambda rule: -len(".".join(rule[1])))
-        object.__setattr__(self, "_stacked_order", tuple(order))
-        for fname in ("orig_to_new_substr", "orig_to_new_prefix", "orig_to_new_suffix"):
-            for key, value in getattr(self, fname).items():
-                if not isinstance(key, str) or not (value is None or isinstance(value, str)):
-                    raise MapperConfigError(
-                        f"WeightsMapper: {fname} rules map str to str or None, "
-                        f"not {key!r}: {value!r}"
-                    )
+        if self.behaviour == "old":
+            return ()
+        order: list[tuple[str, tuple[str, ...], Any]] = []
+        for key, value in self.orig_to_new_stacked.items():
+            parts = tuple(key.strip(".").split("."))
+            if "" in parts:
+                raise MapperConfigError(
+                    f"WeightsMapper: orig_to_new_stacked key {key!r} is not dotted name "
+                    "components (behaviour='new' matches whole components)"
+                )
+            order.append((key, parts, value))
+        # The longest key first (a fully qualified key beats its short alias); ties keep the
+        # table's order (sorted is stable).
+        order.sort(key=lambda rule: -len(".".join(rule[1])))
+        return tuple(order)
 
     # --- the one walk every public method uses ---
 
@@ -298,7 +332,7 @@ class WeightsMapper:
     def _stacked(self, key: str) -> Iterator[tuple[str, tuple[str, ShardId] | None, str | None]]:
         """The stacked rules that fire on ``key``: ``(key, target, name after it)`` in turn."""
         if self.behaviour == "old":
-            # vLLM 0.28.0: raw substrings, every rule in turn on the name the last one left.
+            # vLLM 0.34.0 (as 0.28.0): raw substrings, every rule in turn on what the last left.
             for sub, target in self.orig_to_new_stacked.items():
                 if sub in key:
                     new = None if target is None else key.replace(sub, target[0], 1)
@@ -335,11 +369,12 @@ class WeightsMapper:
         """
         return self.trace(name).result
 
-    # Upstream callers (the pooling probe among them) use the private spelling.
+    # vLLM 0.31.0 made map_name public and kept _map_name as an alias; older callers use it.
     _map_name = map_name
 
-    def map_name_with_shard(self, name: str) -> tuple[str, ShardId | None] | None:
-        """Like ``map_name``, with the shard id the last matching stacked rule gave.
+    def map_name_with_shard(self, name: str) -> tuple[str, ShardIds | None] | None:
+        """Like ``map_name``, with the shard id (or list of ids) the last matching stacked rule
+        gave (upstream's ``_map_name_with_shard``).
 
         Args:
             name: a checkpoint key.
@@ -355,28 +390,44 @@ class WeightsMapper:
         t = self.trace(name)
         return None if t.result is None else (t.result, t.shard_id)
 
+    _map_name_with_shard = map_name_with_shard
+
     def apply(self, weights: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
         """Lazily map a weight stream, dropping ``None`` and tagging stacked weights' shard id.
 
         Args:
             weights: ``(name, tensor)`` pairs; read one at a time, as the result is consumed.
+                ``weights_transforms`` rewrite this stream first.
 
         Returns:
             An iterator of ``(model name, tensor)``; a tensor a stacked rule matched carries
-            ``tensor.shard_id``.
+            ``tensor.shard_id``. A rule with a list of shard ids yields the tensor once per
+            shard, each time with that shard's id (after the first, ``tensor.detach()``: the same
+            storage, its own ``shard_id``).
 
         >>> import torch
         >>> m = WeightsMapper(orig_to_new_stacked={"k_proj": ("qkv_proj", "k")})
         >>> [(n, t.shard_id) for n, t in m.apply([("k_proj.weight", torch.zeros(1))])]
         [('qkv_proj.weight', 'k')]
+        >>> kv = WeightsMapper(orig_to_new_stacked={"kv": ("qkv_proj", ["k", "v"])})
+        >>> [(n, t.shard_id) for n, t in kv.apply([("kv.weight", torch.zeros(1))])]
+        [('qkv_proj.weight', 'k'), ('qkv_proj.weight', 'v')]
         """
+        for transform in self.weights_transforms:
+            weights = transform(weights)
         for name, tensor in weights:
             t = self.trace(name)
             if t.result is None:
                 continue
-            if t.shard_id is not None:
-                tensor.shard_id = t.shard_id
-            yield t.result, tensor
+            if t.shard_id is None:
+                yield t.result, tensor
+                continue
+            shard_ids = t.shard_id if isinstance(t.shard_id, list) else [t.shard_id]
+            for i, shard_id in enumerate(shard_ids):
+                # Each shard carries its own id, so the extra ones are their own tensor objects.
+                one = tensor if i == 0 else tensor.detach()
+                one.shard_id = shard_id
+                yield t.result, one
 
     def apply_list(self, names: Iterable[str]) -> list[str]:
         """``map_name`` over ``names``, dropped names left out.
@@ -451,11 +502,44 @@ class WeightsMapper:
                 }
                 for s in STAGES
             },
+            weights_transforms=[*self.weights_transforms, *other.weights_transforms],
             behaviour=behaviour,
         )
 
+    def get_rename_mapper(self) -> WeightsMapper:
+        """This mapper with only its renames: no stacked rules, no rule that drops (``None``),
+        no ``weights_transforms``.
+
+        What a consumer that names modules rather than loads them needs (LoRA name parsing, a
+        quantisation config's layer lists): ``q_proj`` stays ``q_proj``, and a "do not load"
+        rule does not shrink its lists.
+
+        >>> m = WeightsMapper(
+        ...     orig_to_new_prefix={"model.": "", "mtp.": None},
+        ...     orig_to_new_stacked={"q_proj": ("qkv_proj", "q")},
+        ... )
+        >>> r = m.get_rename_mapper()
+        >>> r.map_name("model.q_proj.weight"), r.map_name("mtp.x"), m.map_name("mtp.x")
+        ('q_proj.weight', 'mtp.x', None)
+        """
+
+        def kept(table: Mapping[Any, Any]) -> dict[Any, Any]:
+            return {k: v for k, v in table.items() if v is not None}
+
+        return dataclasses.replace(
+            self,
+            orig_to_new_regex=kept(self.orig_to_new_regex),
+            orig_to_new_substr=kept(self.orig_to_new_substr),
+            orig_to_new_stacked={},
+            orig_to_new_prefix=kept(self.orig_to_new_prefix),
+            orig_to_new_suffix=kept(self.orig_to_new_suffix),
+            weights_transforms=[],
+        )
+
     def is_empty(self) -> bool:
-        return not any(getattr(self, f"orig_to_new_{s}") for s in ALL_STAGES)
+        """No rule and no transform: ``apply`` hands every weight on unchanged."""
+        stages = any(getattr(self, f"orig_to_new_{s}") for s in ALL_STAGES)
+        return not (stages or self.weights_transforms)
 
     def rules(self) -> Iterator[tuple[str, str, Any]]:
         """Every rule in the order it is tried: ``(stage, rule as text, target)``.
@@ -523,12 +607,13 @@ class WeightsMapper:
             if fname == "orig_to_new_stacked":
                 table = {k: (tuple(v) if isinstance(v, list) else v) for k, v in table.items()}
                 for key, value in table.items():
-                    shard_id = value[1] if isinstance(value, tuple) and len(value) == 2 else 0
-                    if isinstance(shard_id, bool) or not isinstance(shard_id, (int, str)):
-                        raise MapperConfigError(
-                            f"WeightsMapper: orig_to_new_stacked[{key!r}]: a shard id is an "
-                            f"int or a str, not {shard_id!r}"
-                        )
+                    shard = value[1] if isinstance(value, tuple) and len(value) == 2 else 0
+                    for shard_id in shard if isinstance(shard, list) else [shard]:
+                        if isinstance(shard_id, bool) or not isinstance(shard_id, (int, str)):
+                            raise MapperConfigError(
+                                f"WeightsMapper: orig_to_new_stacked[{key!r}]: a shard id is an "
+                                f"int or a str (or a list of them), not {shard_id!r}"
+                            )
             kwargs[fname] = dict(table)
         return cls(**kwargs)
 
@@ -567,12 +652,12 @@ def stacked_rematches(trace: MapTrace) -> list[Rematch]:
 
 
 def rematch_examples(mapper: WeightsMapper, names: Iterable[str] = ()) -> list[Rematch]:
-    """Each pair of ``mapper``'s stacked rules where vLLM 0.28.0 (``"old"``) matches one rule
+    """Each pair of ``mapper``'s stacked rules where vLLM 0.34.0 (``"old"``) matches one rule
     inside another's output, once, with a name that shows it.
 
     The example is the first of ``names`` that shows the pair; for a pair no name shows, a name
     made of the first rule's key (``x.<key>.weight``). Whatever ``mapper.behaviour`` is, the pairs
-    are the old stage's: what vLLM 0.28.0 would do with these rules.
+    are the old stage's: what vLLM 0.34.0 would do with these rules.
 
     >>> qv = {"q_proj": ("qkv_proj", "q"), "v_proj": ("qkv_proj", "v")}
     >>> m = WeightsMapper(orig_to_new_stacked=qv, behaviour="new")

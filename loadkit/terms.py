@@ -14,6 +14,10 @@ from typing import Literal, TypeVar, overload
 
 from loadkit.errors import BehaviourError
 
+# The vLLM release whose loading code loadkit's "new" behaviour and API follow: what a
+# ``vllm`` verdict of ``loadkit inspect`` answers for (docs/fidelity.md).
+VLLM_VERSION = "0.28.0"
+
 Behaviour = Literal["old", "new"]
 BEHAVIOURS: tuple[Behaviour, ...] = ("old", "new")
 

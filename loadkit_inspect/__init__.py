@@ -12,7 +12,7 @@ Torch-free, so that a header-only inspect of a 100 GB checkpoint starts in milli
 0
 """
 
+from loadkit_inspect.inspect_report import InspectReport
 from loadkit_inspect.inspector import inspect_checkpoint
-from loadkit_inspect.report.report import InspectReport
 
 __all__ = ["InspectReport", "inspect_checkpoint"]

@@ -11,14 +11,13 @@ order this module defines them:
 4. ``load``: a simulated load (``loadkit_inspect.simulate``): every key's fate, missing and
    unexpected names with the nearest names, shape mismatches and dtype casts; ``trace_mapper``
    then traces the mapper the load used;
-5. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
-   the rules considered and refused, and why);
-6. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
+5. ``plan_tensor_parallel``: each of ``tp`` ranks simulated on the meta device (or the config
    checked as vLLM checks it); ``judge_loaders`` then gives one verdict per loader the model has
    (``vllm``, with what it makes of ``tp``, and for a transformers model ``transformers``:
    ``from_pretrained`` simulated on the meta device);
-7. the report (``loadkit_inspect.report.report.InspectReport``) holds the records; ``announce_fix``
-   announces a suggested fix (an audit event).
+6. ``suggest_fixes``: mapper rules for a systematic mismatch, proven by a second dry load (or
+   the rules considered and refused, and why);
+7. the report (``loadkit_inspect.inspect_report.InspectReport``) holds the records.
 
 Without a model the pipeline stops after step 2. This module does not import torch: the steps
 that need it import it, so a header-only report is built from headers alone.
@@ -27,16 +26,14 @@ that need it import it, so a header-only report is built from headers alone.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.checkpoint import IndexProblem
-from loadkit.checkpoint.reader import Checkpoint, TensorInfo
-from loadkit.errors import LoadkitError
-from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
+from loadkit.checkpoint import Checkpoint, IndexProblem, TensorInfo
+from loadkit.errors import LoadkitError, require_torch
+from loadkit_inspect.inspect_report import InspectReport
+from loadkit_inspect.options import LoadRules, pattern_problem
 from loadkit_inspect.progress import Progress
-from loadkit_inspect.report.report import InspectReport
 from loadkit_inspect.report.summary import CheckpointSummary, summarize_checkpoint
 from loadkit_inspect.sources.resolve import Source, open_source
 
@@ -72,7 +69,9 @@ def inspect_checkpoint(
     loader: str = "all",
     progress: bool = False,
 ) -> InspectReport:
-    """Inspect ``checkpoint``: ``inspect(InspectOptions(...))`` with these arguments.
+    """Inspect ``checkpoint``: the pipeline, each step below in order, each given what it needs;
+    the records they return make the report. These keywords are the inspector's options, the
+    only place they are spelled (``loadkit inspect``'s flags are read into them).
 
     Args:
         checkpoint: what to inspect (a file, a folder, a sharded index, or an opened
@@ -83,7 +82,8 @@ def inspect_checkpoint(
             ``"package.module:callable"`` spec, a callable (called with no argument, or with the
             checkpoint's ``tensors`` mapping), or a module (copied to the meta device; the
             caller's is left alone).
-        mapper: rules added after the model's own, stage by stage (those its root
+        mapper: rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's
+            path) added after the model's own, stage by stage (those its root
             ``AutoWeightsLoader`` is given, and its ``hf_to_vllm_mapper``, which the probe
             reads); with ``replace_mapper`` they replace them.
         mapper_label: how the report names ``mapper``.
@@ -93,9 +93,9 @@ def inspect_checkpoint(
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
         suggest: infer mapper rules for a systematic mismatch and prove them by a second load.
-        strict_index: an inconsistent index (every tensor still loads) fails the report too.
         tp: also simulate each of ``tp`` tensor-parallel ranks on the meta device and report
             what each would hold and what cannot work (``report.tensor_parallel``).
+        strict_index: an inconsistent index (every tensor still loads) fails the report too.
         timeout: seconds each request to a remote checkpoint may take.
         loader: whose verdict decides ``clean``: ``"vllm"``, ``"transformers"`` (a model built
             from a transformers class, ``--model hf``: ``PreTrainedModel.from_pretrained``,
@@ -114,63 +114,35 @@ def inspect_checkpoint(
         >>> report.clean, report.exit_status, report.probe
         (True, 0, None)
     """
-    options = InspectOptions(
-        checkpoint,
-        model=model,
-        mapper=mapper,
-        mapper_label=mapper_label,
-        replace_mapper=replace_mapper,
-        rules=rules or LoadRules(),
-        model_args=dict(model_args or {}),
-        probe=probe,
-        suggest=suggest,
-        tp=tp,
-        strict_index=strict_index,
-        timeout=timeout,
-        loader=loader,
-        progress=progress,
-    )
-    return inspect(options)
-
-
-def inspect(options: InspectOptions) -> InspectReport:
-    """The pipeline: each step below, in order; the records they return make the report.
-
-    Example:
-        >>> inspect(InspectOptions("data/plamo2/untied.safetensors", model="plamo2")).clean
-        True
-    """
-    check_patterns(options.rules)
-    with Progress(options.progress) as progress:
-        read = read_checkpoint(options.checkpoint, options.timeout, progress)
-        names = map_names(options, read)
-        if options.model is None:
-            if options.tp is not None:
+    rules = check_patterns(rules or LoadRules())
+    with Progress(progress) as bar:
+        read = read_checkpoint(checkpoint, timeout, bar)
+        names = map_names(mapper, mapper_label, replace_mapper, read)
+        if model is None:
+            if tp is not None:
                 raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
-            return InspectReport(read.summary, names.report, strict_index=options.strict_index)
-        built = build(options, read, names)
-        probe = probe_prefixes(options, read, built)
-        loaded = load(options, read, built, names, progress)
-        mapper = trace_mapper(options, read, built, loaded, names)
-        fix, not_offered = suggest_fixes(options, read, built, loaded, names, progress)
-        plan = plan_tensor_parallel(options, read)
-        verdicts = judge_loaders(options, read, built, loaded, plan)
-    report = InspectReport(
+            return InspectReport(read.summary, mapper=names.report, strict_index=strict_index)
+        built = build(model, dict(model_args or {}), read, names)
+        probed = probe_prefixes(probe, read, built)
+        loaded = load(rules, read, built, names, bar)
+        traced = trace_mapper(read, built, loaded, names)
+        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read)
+        verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
+        fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
+    return InspectReport(
         read.summary,
-        mapper,
-        built.summary,
-        probe,
-        loaded.report,
-        plan,
-        fix,
-        options.strict_index,
-        verdicts.loaders,
-        verdicts.selected,
-        verdicts.from_pretrained,
-        not_offered,
+        mapper=traced,
+        model=built.summary,
+        probe=probed,
+        load=loaded.report,
+        tensor_parallel=plan,
+        fix=fix,
+        strict_index=strict_index,
+        loaders=verdicts.loaders,
+        selected_loaders=verdicts.selected,
+        from_pretrained=verdicts.from_pretrained,
+        not_offered=not_offered,
     )
-    announce_fix(options, report)
-    return report
 
 
 # --- the records the steps pass on ----------------------------------------------------------------
@@ -193,10 +165,18 @@ class CheckpointRead(NamedTuple):
 
 
 class NameMapping(NamedTuple):
-    """Step 2: the user's mapper (``None``: the model's own), and every name traced through it."""
+    """Step 2: the user's mapper (``None``: the model's own), every name traced through it, how
+    the report names it, and whether it replaces the model's own rules."""
 
     mapper: WeightsMapper | None
     report: MapperReport | None
+    label: str = "given mapper"
+    replace: bool = False
+
+    @property
+    def replaces(self) -> bool:
+        """Does a mapper given replace the model's own rules?"""
+        return self.mapper is not None and self.replace
 
 
 class BuiltModel(NamedTuple):
@@ -225,12 +205,14 @@ class LoaderVerdicts(NamedTuple):
 # --- the steps, in order --------------------------------------------------------------------------
 
 
-def check_patterns(rules: LoadRules) -> None:
-    """An ``allow_missing`` pattern that would quietly match nothing is an error up front."""
+def check_patterns(rules: LoadRules) -> LoadRules:
+    """``rules``, once every ``allow_missing`` pattern is known to match something if it can:
+    one that would quietly match nothing is an error up front."""
     for pattern in rules.allow_missing:
         problem = pattern_problem(pattern)
         if problem is not None:
             raise LoadkitError(f"allow_missing: invalid pattern {pattern!r}: {problem}")
+    return rules
 
 
 def read_checkpoint(
@@ -275,25 +257,35 @@ def _as_vllm_reads(ck: Checkpoint, choice: FileChoice | None) -> Checkpoint:
     return Checkpoint(ck.path, merged.files, merged.tensors, merged.metadata_text, merged.held)
 
 
-def map_names(options: InspectOptions, read: CheckpointRead) -> NameMapping:
+def map_names(
+    mapper: WeightsMapper | Mapping[str, Any] | str | None,
+    label: str,
+    replace: bool,
+    read: CheckpointRead,
+) -> NameMapping:
     """Parse the user's mapper rules, if any, and trace every checkpoint name through them."""
-    if options.mapper is None:
-        return NameMapping(None, None)
+    if mapper is None:
+        return NameMapping(None, None, label, replace)
     from loadkit_inspect.mapper_trace import mapper_report, parse_mapper
 
-    mapper = parse_mapper(options.mapper)
-    return NameMapping(mapper, mapper_report(mapper, read.names, options.mapper_label))
+    parsed = parse_mapper(mapper)
+    return NameMapping(parsed, mapper_report(parsed, read.names, label), label, replace)
 
 
-def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> BuiltModel:
+def build(
+    model: str | nn.Module | Callable[..., nn.Module],
+    model_args: Mapping[str, Any],
+    read: CheckpointRead,
+    names: NameMapping,
+) -> BuiltModel:
     """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
     own."""
     from loadkit.mapper import WeightsMapper
     from loadkit_inspect.models.registry import build_model
 
-    ck, model = read.checkpoint, options.model
-    assert model is not None  # inspect() stops before this step without a model
-    module, spec = build_model(model, ck.tensors, options.model_args, checkpoint=ck)
+    ck = read.checkpoint
+    require_torch("--model (the load is simulated with torch on the meta device)")
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary
 
@@ -303,17 +295,18 @@ def build(options: InspectOptions, read: CheckpointRead, names: NameMapping) -> 
     if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
         # for this (meta) model only. The dry load extends (or replaces) the root loader's.
-        extend = not options.replace_mapper and own is not None
+        extend = not names.replace and own is not None
         mapper = own | names.mapper if extend and own is not None else names.mapper
         setattr(module, "hf_to_vllm_mapper", mapper)  # noqa: B010 (an instance attribute)
     return BuiltModel(module, model_summary(module, spec), mapper, own)
 
 
 def probe_prefixes(
-    options: InspectOptions, read: CheckpointRead, built: BuiltModel
+    probe: bool | None, read: CheckpointRead, built: BuiltModel
 ) -> dict[str, ProbeRecord] | None:
-    """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for, or a pooling model."""
-    if not (options.probe or (options.probe is None and built.summary.pooling)):
+    """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for (``probe``), or
+    (``probe`` ``None``) a pooling model."""
+    if not (probe or (probe is None and built.summary.pooling)):
         return None
     from loadkit.pooling.probe import predict_probe
 
@@ -325,7 +318,7 @@ def probe_prefixes(
 
 
 def load(
-    options: InspectOptions,
+    rules: LoadRules,
     read: CheckpointRead,
     built: BuiltModel,
     names: NameMapping,
@@ -334,17 +327,17 @@ def load(
     """The load simulated on ``meta`` with the model's own loader and the user's rules."""
     from loadkit_inspect.simulate import dry_load
 
-    replace = names.mapper is not None and options.replace_mapper
+    replace = names.replaces
     loaded = dry_load(
         built.module,
         read.infos,
         mapper=built.mapper if replace else built.own_mapper,
         replace_mapper=replace,
         extend=None if replace else names.mapper,
-        rules=options.rules,
+        rules=rules,
         progress=progress.stage("dry load", "name"),
     )
-    if options.rules.for_loader and not loaded.autoloader:
+    if rules.for_loader and not loaded.autoloader:
         loaded.report.notes.append(
             f"{built.cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
             "skip and ignore rules given were not applied"
@@ -353,7 +346,6 @@ def load(
 
 
 def trace_mapper(
-    options: InspectOptions,
     read: CheckpointRead,
     built: BuiltModel,
     loaded: DryLoad,
@@ -367,9 +359,9 @@ def trace_mapper(
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
     if names.mapper is not None:
-        traced, label = names.mapper, options.mapper_label
-        if loaded.autoloader and loaded.mapper is not None and not options.replace_mapper:
-            traced, label = loaded.mapper, f"{cls}'s own rules, then {options.mapper_label}"
+        traced, label = names.mapper, names.label
+        if loaded.autoloader and loaded.mapper is not None and not names.replace:
+            traced, label = loaded.mapper, f"{cls}'s own rules, then {names.label}"
         report = mapper_report(traced, read.names, label, origins)
         if not loaded.autoloader:
             report.note = (
@@ -389,49 +381,21 @@ def trace_mapper(
     return None
 
 
-def suggest_fixes(
-    options: InspectOptions,
+def plan_tensor_parallel(
+    tp: int | None,
+    model: str | nn.Module | Callable[..., nn.Module],
+    model_args: Mapping[str, Any],
     read: CheckpointRead,
-    built: BuiltModel,
-    loaded: DryLoad,
-    names: NameMapping,
-    progress: Progress,
-) -> tuple[SuggestedFix | None, NotOffered | None]:
-    """Rules that explain a systematic mismatch, offered only when a second dry load makes
-    things better (proven when it is clean); or the rules considered and refused, and why."""
-    if not options.suggest or loaded.report.clean or not loaded.autoloader:
-        return None, None
-    from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
-    from loadkit_inspect.simulate import dry_load
-
-    def retry(with_mapper: WeightsMapper) -> Any:
-        return dry_load(
-            built.module,
-            read.infos,
-            mapper=with_mapper,
-            replace_mapper=True,
-            rules=options.rules,
-            progress=progress.stage("dry load, proving a fix", "name"),
-        ).report
-
-    replace = names.mapper is not None and options.replace_mapper
-    found = suggest_fix(loaded.report, loaded.mapper, retry, given=names.mapper, replace=replace)
-    if isinstance(found, NotOffered):
-        return None, found
-    return found, None
-
-
-def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPReport | None:
+) -> TPReport | None:
     """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
-    if options.tp is None:
+    if tp is None:
         return None
     from torch import nn
 
     from loadkit_inspect.models.registry import build_model
     from loadkit_inspect.tensor_parallel.plan import tp_report
 
-    model, ck = options.model, read.checkpoint
-    assert model is not None  # inspect() stops before this step without a model
+    ck = read.checkpoint
     if isinstance(model, nn.Module):
         raise LoadkitError(
             "tp needs a model name, spec or callable: a built module cannot be rebuilt "
@@ -439,13 +403,15 @@ def plan_tensor_parallel(options: InspectOptions, read: CheckpointRead) -> TPRep
         )
 
     def rebuild() -> nn.Module:
-        return build_model(model, ck.tensors, options.model_args, checkpoint=ck)[0]
+        return build_model(model, ck.tensors, model_args, checkpoint=ck)[0]
 
-    return tp_report(ck.tensors, rebuild, options.tp)
+    return tp_report(ck.tensors, rebuild, tp)
 
 
 def judge_loaders(
-    options: InspectOptions,
+    loader: str,
+    strict_index: bool,
+    rules: LoadRules,
     read: CheckpointRead,
     built: BuiltModel,
     loaded: DryLoad,
@@ -453,7 +419,7 @@ def judge_loaders(
 ) -> LoaderVerdicts:
     """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
     model built from a transformers class ``transformers``'s (``from_pretrained``, simulated on
-    meta), when ``options.loader`` asks; ``--strict-index`` fails both alike."""
+    meta, under the user's ``rules``), when ``loader`` asks; ``strict_index`` fails both alike."""
     from loadkit_inspect.loaders import (
         TRANSFORMERS,
         VLLM,
@@ -464,8 +430,8 @@ def judge_loaders(
     )
 
     available = available_loaders(built.module)
-    selected = select_loaders(options.loader, available)
-    strict = options.strict_index
+    selected = select_loaders(loader, available)
+    strict = strict_index
     files = _vllm_choice(read)
     verdicts = {
         VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, files=files)
@@ -473,7 +439,7 @@ def judge_loaders(
     from_pretrained = None
     if TRANSFORMERS in selected:
         config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
-        from_pretrained = _from_pretrained(read, config).under(options.rules)
+        from_pretrained = _from_pretrained(read, config).under(rules)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict
         )
@@ -509,20 +475,38 @@ def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
     return result._replace(raised=raised or result.raised, files=choice)
 
 
-def announce_fix(options: InspectOptions, report: InspectReport) -> None:
-    """A suggested fix names the other loaders it does not apply to, and is announced as an
-    audit event (``sys.audit``, for whoever listens: the test suite pastes every suggestion it
-    sees) with the report and its call."""
-    if report.fix is None:
-        return
-    if report.selected_loaders:
-        report.fix.other_loaders = tuple(n for n in report.selected_loaders if n != "vllm")
-    call = {
-        "checkpoint": options.checkpoint,
-        "model": options.model,
-        "rules": options.rules,
-        "model_args": options.model_args,
-        "timeout": options.timeout,
-        "loader": options.loader,
-    }
-    sys.audit("loadkit.inspect.suggested_fix", report, call)
+def suggest_fixes(
+    suggest: bool,
+    rules: LoadRules,
+    read: CheckpointRead,
+    built: BuiltModel,
+    loaded: DryLoad,
+    names: NameMapping,
+    verdicts: LoaderVerdicts,
+    progress: Progress,
+) -> tuple[SuggestedFix | None, NotOffered | None]:
+    """Rules that explain a systematic mismatch, offered only when a second dry load makes
+    things better (proven when it is clean); or the rules considered and refused, and why. A
+    fix names the other loaders judged, which its mapper rules do not apply to."""
+    if not suggest or loaded.report.clean or not loaded.autoloader:
+        return None, None
+    from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
+    from loadkit_inspect.simulate import dry_load
+
+    def retry(with_mapper: WeightsMapper) -> Any:
+        return dry_load(
+            built.module,
+            read.infos,
+            mapper=with_mapper,
+            replace_mapper=True,
+            rules=rules,
+            progress=progress.stage("dry load, proving a fix", "name"),
+        ).report
+
+    found = suggest_fix(
+        loaded.report, loaded.mapper, retry, given=names.mapper, replace=names.replaces
+    )
+    if found is None or isinstance(found, NotOffered):
+        return None, found
+    found.other_loaders = tuple(n for n in verdicts.selected if n != "vllm")
+    return found, None

@@ -3,20 +3,24 @@
 
 A checkpoint "loads" only with respect to a loader:
 
-- ``vllm``: the model's own loading code as loadkit re-implements vLLM 0.28.0's (for ``--model
-  hf``, vLLM's Transformers modeling backend: its derived mapper, ``AutoWeightsLoader`` and the
-  wrapper's skip rules); the report's ``load`` section is this loader's;
+- ``vllm``: the model's own loading code as loadkit re-implements vLLM's (``VLLM_VERSION``, the
+  release loadkit follows; for ``--model hf``, vLLM's Transformers modeling backend: its derived
+  mapper, ``AutoWeightsLoader`` and the wrapper's skip rules); the report's ``load`` section is
+  this loader's;
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
 
+Each verdict names the version it answers for: ``vllm 0.34.0: would load cleanly``.
+
 Each loader reads the files it chooses itself (``loadkit_inspect.sources.files``): a listed shard
 missing or unreadable makes vLLM raise (``index_raises``), and transformers where it reads that
-shard (its simulation opens the files it reads). This module is torch-free: the records and the
-text only.
+shard (its simulation opens the files it reads). The transformers verdict is said in its own
+terms: it loads, loads with warnings (tensors newly initialised at random, keys unused), or
+raises. This module is torch-free: the records and the text only.
 
->>> v = LoaderVerdict("vllm", False, ["1 unexpected: final_logits_bias"])
->>> headline([LoaderVerdict("transformers", True, []), v])
-'transformers: would load cleanly | vllm: would NOT load (1 unexpected: final_logits_bias)'
+>>> v = LoaderVerdict("vllm", False, ["1 unexpected: lm_head.bias"], "0.34.0")
+>>> headline([LoaderVerdict("transformers", True, [], "4.57.1"), v])
+'transformers 4.57.1: would load cleanly | vllm 0.34.0: would NOT load (1 unexpected: lm_head.bias)'
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
 from loadkit.fmt import plural
+from loadkit.terms import VLLM_VERSION
 
 if TYPE_CHECKING:
     from loadkit_inspect.report.records import LoadReport
@@ -42,41 +47,45 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 
 class LoaderVerdict(NamedTuple):
-    """Would ``loader`` load the checkpoint cleanly, and if not, why (short phrases).
-
-    ``outcome``, where the loader's own terms are known (``transformers``): ``loads``, ``warns``
-    (it returns the model with tensors newly initialised at random or keys unused), ``raises``,
-    ``unknown``; ``label`` names the loader and its version (``transformers 5.24.0``).
+    """Would ``loader`` (at ``version``) load the checkpoint cleanly, and if not, why (short
+    phrases). ``outcome``, where the loader's own terms are known (``transformers``):
+    ``loads``, ``warns`` (it returns the model with tensors newly initialised at random or keys
+    unused), ``raises``, ``unknown``.
 
     >>> LoaderVerdict("transformers", False, ["1 newly initialised at random (MISSING: b)"],
-    ...               "warns", "transformers 5.24.0").phrase()
+    ...               "5.24.0", "warns").phrase()
     'transformers 5.24.0: would load, but 1 newly initialised at random (MISSING: b)'
     """
 
     loader: str
     clean: bool
     problems: list[str]
+    version: str = ""
     outcome: str = ""
-    label: str = ""
+
+    @property
+    def label(self) -> str:
+        """The loader and the version it answers for: ``vllm 0.34.0``."""
+        return f"{self.loader} {self.version}" if self.version else self.loader
 
     def phrase(self) -> str:
-        name = self.label or self.loader
         said = "; ".join(self.problems)
         if self.clean:
-            return f"{name}: would load cleanly"
+            return f"{self.label}: would load cleanly"
         if self.outcome == "loads":  # loadkit's own rule fails it (--strict-index)
-            return f"{name}: would load cleanly, but {said}"
+            return f"{self.label}: would load cleanly, but {said}"
         if self.outcome == "warns":
-            return f"{name}: would load, but {said}"
+            return f"{self.label}: would load, but {said}"
         if self.outcome == "raises":
-            return f"{name}: would raise {said}"
+            return f"{self.label}: would raise {said}"
         if self.outcome == "unknown":
-            return f"{name}: not judged ({said})"
-        return f"{name}: would NOT load ({said})"
+            return f"{self.label}: not judged ({said})"
+        return f"{self.label}: would NOT load ({said})"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "loader": self.loader,
+            "version": self.version,
             "clean": self.clean,
             "outcome": self.outcome or None,
             "problems": list(self.problems),
@@ -134,17 +143,17 @@ def vllm_verdict(
     strict_index: bool = False,
     files: FileChoice | None = None,
 ) -> LoaderVerdict:
-    """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
-    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
-    checks ``tp`` before it builds the model and the index before it loads a weight: what
-    raises first is all it says."""
+    """The ``vllm`` loader's verdict (for ``VLLM_VERSION``) from the simulated load, the index,
+    and with ``tp`` what vLLM makes of that many ranks (a refusal is vLLM's alone: transformers
+    has no tp). vLLM checks ``tp`` before it builds the model and the index before it loads a
+    weight: what raises first is all it says."""
     problems = tp.problems() if tp is not None else []
     # the index's problems are vLLM's where it reads the index's files (not the Mistral format)
     raised = [] if files is not None and files.mistral else index_raises(checkpoint)
     if files is not None and files.raises is not None:  # before it opens a file
         raised = [f"raises {files.raises.text()}"]
     if problems or raised:
-        return LoaderVerdict(VLLM, False, problems + raised)
+        return LoaderVerdict(VLLM, False, problems + raised, VLLM_VERSION)
     problems = _strict(checkpoint, strict_index)
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
@@ -156,7 +165,7 @@ def vllm_verdict(
     counted = ("unexpected", "shape mismatch", "never filled")
     problems += [p for p in load.problems() if not any(c in p for c in counted)]
     clean = load.clean and not problems
-    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"])
+    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"], VLLM_VERSION)
 
 
 def transformers_verdict(
@@ -165,14 +174,14 @@ def transformers_verdict(
     """The ``transformers`` loader's verdict in its own terms, from ``from_pretrained``'s
     simulated outcome (the files it reads included: a shard it cannot open makes it raise
     before it reports any list); ``--strict-index`` fails it too."""
-    label = f"transformers {result.transformers_version}"
+    version = result.transformers_version
     strict = _strict(checkpoint, strict_index)
     outcome = result.outcome
     problems = transformers_problems(result)
     if outcome == "raises":
-        return LoaderVerdict(TRANSFORMERS, False, problems, outcome, label)
+        return LoaderVerdict(TRANSFORMERS, False, problems, version, outcome)
     return LoaderVerdict(TRANSFORMERS, outcome == "loads" and not strict, strict + problems,
-                         outcome, label)  # fmt: skip
+                         version, outcome)  # fmt: skip
 
 
 def transformers_problems(result: FromPretrained) -> list[str]:

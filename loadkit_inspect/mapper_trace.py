@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import MapperConfigError, printable
+from loadkit.fmt import plural
+from loadkit_inspect.report.text import capped
 
 if TYPE_CHECKING:
     from loadkit.mapper import WeightsMapper
@@ -53,6 +55,26 @@ class MapperReport:
     def __repr__(self) -> str:
         return f"<MapperReport {self.source}: {len(self.traces)} keys mapped>"
 
+    def render(self, limit: int) -> list[str]:
+        """The mapper section's text: each rule once, as written, with the keys it fired for;
+        the dropped keys capped at ``limit`` rows."""
+        renamed = len(self.traces) - len(self.dropped)
+        lines = [
+            f"mapper  ({self.source}): {plural(renamed, 'key')} renamed, "
+            f"{len(self.dropped)} dropped, {self.unchanged} unchanged"
+        ]
+        if self.note:
+            lines.append(f"  note: {printable(self.note)}")
+        for again in self.rematches:
+            lines += _rematch_lines(again, self.behaviour)
+        for use in self.rules:
+            lines += _rule_lines(use)
+        if self.dropped:
+            lines.append(f"  dropped keys ({len(self.dropped)})")
+            rows = [f"    {printable(k)}  ({printable(rule)})" for k, rule in self.dropped]
+            lines += capped(rows, len(rows), limit)
+        return lines
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
@@ -77,6 +99,36 @@ class MapperReport:
                 for r in self.rematches
             ],
         }
+
+
+def _rematch_lines(again: Any, behaviour: str) -> list[str]:
+    """A stacked rule matching inside another's output (``loadkit.mapper.Rematch``)."""
+    return [
+        f"  warning: stacked rule {again.then!r} matches inside the output of stacked rule "
+        f"{again.first!r} (vLLM 0.28.0 tries every stacked rule in turn): "
+        f"{printable(again.name)} -> {printable(str(again.result))}",
+        "           this mapper maps it once (behaviour='new')"
+        if behaviour == "new"
+        else f"           try {again.then!r} before {again.first!r}, or WeightsMapper(..., "
+        "behaviour='new')",
+    ]
+
+
+def _rule_lines(use: RuleUse) -> list[str]:
+    """One rule: as written (a renaming's label already says what it writes), how many keys it
+    fired for, where it comes from, and its first firing."""
+    rule = f"{use.stage:<8} '{printable(use.rule)}'"
+    if use.stage != "renaming":
+        target = use.target if not isinstance(use.target, str) else f"'{use.target}'"
+        rule += f" -> {'drop' if use.target is None else printable(str(target))}"
+    lines = [f"  {rule}: fired for {plural(use.fired, 'key')}"]
+    if use.origin:
+        lines.append(f"           {printable(use.origin)}")
+    if use.example:
+        before, after = use.example
+        shown = "dropped" if after is None else printable(after)
+        lines.append(f"           e.g. {printable(before)} -> {shown}")
+    return lines
 
 
 def parse_mapper(

@@ -1,19 +1,11 @@
-"""What the user asks of an inspect: ``InspectOptions`` (the inspector's one input, which the
-command line is parsed into) and ``LoadRules`` (rules for the model's root loader, and verdict
-rules). Torch-free.
+"""The load rules a user adds to an inspect: ``LoadRules`` (rules for the model's root loader,
+and verdict rules), and ``pattern_problem`` (why a shell-style pattern would match nothing).
+Torch-free.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from loadkit.checkpoint.reader import Checkpoint
-    from loadkit.mapper import WeightsMapper
+from typing import NamedTuple
 
 
 def pattern_problem(pattern: str) -> str | None:
@@ -116,40 +108,3 @@ class LoadRules(NamedTuple):
             "allow_missing": list(self.allow_missing),
             "strict_dtype": self.strict_dtype,
         }
-
-
-class InspectOptions(NamedTuple):
-    """What to inspect, against what, and how: ``inspect_checkpoint``'s arguments as one record.
-
-    ``checkpoint`` is a file, a folder, a sharded index, a repo id, a URL, or an opened
-    ``Checkpoint``; ``model``
-    a built-in name, a ``"package.module:callable"`` spec, a callable or a module; ``mapper``
-    rules (a ``WeightsMapper``, a dict of its fields, JSON text or a JSON file's path) added
-    after the model's own (with ``replace_mapper``: in their place), shown under
-    ``mapper_label``; ``probe`` ``None``: the pooling probe only for a
-    pooling model; ``suggest``: infer and prove mapper rules; ``tp``: simulate that many ranks;
-    ``strict_index``: an inconsistent index fails the report too; ``timeout``: seconds each
-    request to a remote checkpoint may take; ``loader``: whose verdict decides ``clean``
-    (``"vllm"``, ``"transformers"`` or ``"all"``); ``progress``: a progress bar on stderr once
-    the inspect has run 2 seconds (``loadkit_inspect.progress``).
-
-    Example:
-        >>> options = InspectOptions("ck.safetensors", model="plamo2", tp=2)
-        >>> options.rules == LoadRules(), options.suggest, options.model_args
-        (True, True, {})
-    """
-
-    checkpoint: str | os.PathLike[str] | Checkpoint
-    model: str | nn.Module | Callable[..., nn.Module] | None = None
-    mapper: WeightsMapper | Mapping[str, Any] | str | None = None
-    mapper_label: str = "given mapper"
-    replace_mapper: bool = False
-    rules: LoadRules = LoadRules()
-    model_args: Mapping[str, Any] = {}  # a NamedTuple default: one dict, never mutated
-    probe: bool | None = None
-    suggest: bool = True
-    tp: int | None = None
-    strict_index: bool = False
-    timeout: float | None = None
-    loader: str = "all"
-    progress: bool = False

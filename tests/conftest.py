@@ -34,30 +34,12 @@ settings.register_profile(
 )
 settings.load_profile("loadkit")  # hypothesis' --hypothesis-profile option loads after this
 
-# Every suggested fix an inspect in this process makes (the audit event
-# "loadkit.inspect.suggested_fix"), for tests/tool/test_every_suggestion_pasted.py, which
-# runs last and pastes each one.
-SUGGESTIONS: list[tuple[object, dict, str]] = []  # (report, call, working folder)
 PASTE_TEST = "test_every_suggestion_pasted.py"
-
-
-def _collect_suggestions(event: str, args: tuple) -> None:
-    if event == "loadkit.inspect.suggested_fix":
-        SUGGESTIONS.append((*args, os.getcwd()))  # a relative path means what it meant then
-
-
-sys.addaudithook(_collect_suggestions)
 
 
 def pytest_collection_modifyitems(config, items):
     """The paste test runs after every other test: it pastes what they produced."""
     items.sort(key=lambda item: item.path.name == PASTE_TEST)
-
-
-@pytest.fixture
-def suggestions_seen():
-    """The suggested fixes inspects made so far in this process: (report, call, folder)."""
-    return list(SUGGESTIONS)
 
 
 # Every `loadkit inspect` run of ``loadkit_cli`` that printed a suggested --mapper (in

@@ -278,7 +278,7 @@ def _json_schema_rows() -> dict[str, str]:
 @pytest.mark.slow
 def test_docs_inspect_documents_every_key_of_the_json_document():
     from loadkit_inspect import inspect_checkpoint
-    from loadkit_inspect.report.report import SCHEMA_VERSION
+    from loadkit_inspect.inspect_report import SCHEMA_VERSION
 
     report = inspect_checkpoint(
         REPO / "data" / "llama_like" / "model.safetensors", model="llama-like", tp=2, probe=True

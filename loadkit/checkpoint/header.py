@@ -176,8 +176,7 @@ def parse_header(text: str) -> tuple[list[HeaderEntry], str | None]:
     ``HeaderProblem`` for anything the safetensors library refuses (see the module docstring).
     """
     entries: dict[str, HeaderEntry] = {}
-    metadata: str | None = None
-    seen_metadata = False
+    metadata: list[str | None] = []  # the __metadata__ text, once met
     pos = _SPACE.match(text).end()  # type: ignore[union-attr]
     if not text.startswith("{", pos):
         raise HeaderProblem(f"the header is not an object ({_found(text, pos)})")
@@ -185,87 +184,112 @@ def parse_header(text: str) -> tuple[list[HeaderEntry], str | None]:
     if text.startswith("}", pos):
         pos += 1
     else:
-        canonical, dtypes = _CANONICAL.match, SAFETENSORS_DTYPES
-        new = tuple.__new__  # a NamedTuple's own __new__ runs Python code: 0.3 us an entry
-        while True:
-            # The fast path: one regex match per entry (and the separator and space after it),
-            # checks only where a value could fail. It cannot read a name with an escape.
-            m = canonical(text, pos)
-            if m is not None:
-                stop = m.end()
-                name, dtype, dims, begin, end, sep = m.groups()
-                if (
-                    stop - pos <= MAX_ENTRY_CHARS
-                    and dtype in dtypes
-                    and name != "__metadata__"
-                    and len(dims) < 19
-                    and len(begin) < 20
-                    and len(end) < 20
-                ):
-                    shape = tuple(map(int, dims.split(","))) if dims else ()
-                    entries[name] = new(HeaderEntry, (name, dtype, shape, int(begin), int(end)))
-                    pos = stop
-                    if sep == "}":
-                        break
-                    continue
-            entry = None
-            m = m or _ENTRY.match(text, pos)
-            if m is not None and m.end() - pos > MAX_ENTRY_CHARS:
-                raise HeaderProblem(_too_long(m.end() - pos), m.group(1))
-            if m is None:
-                pass
-            elif m.re is _CANONICAL:  # a number that may not fit, a name to decode the slow way
-                name, dtype, dims, begin, end, sep = m.groups()
-                if dtype in dtypes and name != "__metadata__":
-                    shape = tuple(map(int, dims.split(","))) if dims else ()
-                    entry = _entry(name, dtype, list(shape), [int(begin), int(end)])
-            else:
-                entry = _fast_entry(m)
-                sep = m.group(11)
-            if entry is not None:
-                entries[entry.name] = entry  # a repeated name: the last entry wins
-                pos = _SPACE.match(text, m.end()).end()  # type: ignore[union-attr]
-                if sep == "}":
-                    break
-                if not text.startswith('"', pos):
-                    raise HeaderProblem(
-                        f"header is not valid JSON: expected a tensor name, {_found(text, pos)}"
-                    )
-                continue
-            else:
-                name, pos = _key(text, pos)
-                pos = _expect(text, pos, ":")
-                if name == "__metadata__":
-                    if seen_metadata:
-                        raise HeaderProblem("'__metadata__' appears twice", name)
-                    seen_metadata = True
-                    meta = _META.match(text, pos)
-                    if meta is None:
-                        raise HeaderProblem(
-                            "__metadata__ must be an object of string values (or null), "
-                            f"{_found(text, pos)}",
-                            name,
-                        )
-                    metadata = None if meta.group() == "null" else meta.group()
-                    pos = meta.end()
-                else:
-                    entries[name], pos = _slow_entry(text, pos, name)
-                pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
-                if text.startswith("}", pos):
-                    pos += 1
-                    break
-                pos = _expect(text, pos, ",")
-            pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
-            if not text.startswith('"', pos):
-                raise HeaderProblem(
-                    f"header is not valid JSON: expected a tensor name, {_found(text, pos)}"
-                )
+        pos = _read_entries(text, pos, entries, metadata)
     pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
     if pos != len(text):
         raise HeaderProblem(
             f"header is not valid JSON: trailing characters after it ({_found(text, pos)})"
         )
-    return list(entries.values()), metadata
+    return list(entries.values()), metadata[0] if metadata else None
+
+
+def _read_entries(
+    text: str, pos: int, entries: dict[str, HeaderEntry], metadata: list[str | None]
+) -> int:
+    """Every entry from ``pos`` (the first name's quote) to the closing brace, into ``entries``
+    (``__metadata__`` into ``metadata``); the position after the brace."""
+    canonical, dtypes = _CANONICAL.match, SAFETENSORS_DTYPES
+    new = tuple.__new__  # a NamedTuple's own __new__ runs Python code: 0.3 us an entry
+    while True:
+        # The fast path: one regex match per entry (and the separator and space after it),
+        # checks only where a value could fail. It cannot read a name with an escape.
+        m = canonical(text, pos)
+        if m is not None:
+            stop = m.end()
+            name, dtype, dims, begin, end, sep = m.groups()
+            if (
+                stop - pos <= MAX_ENTRY_CHARS
+                and dtype in dtypes
+                and name != "__metadata__"
+                and len(dims) < 19
+                and len(begin) < 20
+                and len(end) < 20
+            ):
+                shape = tuple(map(int, dims.split(","))) if dims else ()
+                entries[name] = new(HeaderEntry, (name, dtype, shape, int(begin), int(end)))
+                pos = stop
+                if sep == "}":
+                    return pos
+                continue
+        pos, done = _careful_entry(text, pos, m, entries, metadata)
+        if done:
+            return pos
+
+
+def _careful_entry(
+    text: str,
+    pos: int,
+    m: re.Match[str] | None,
+    entries: dict[str, HeaderEntry],
+    metadata: list[str | None],
+) -> tuple[int, bool]:
+    """One entry the fast path did not take (``m``: its canonical match, if any), read the
+    careful way: the position of the next name, or after the closing brace (then ``True``)."""
+    m = m or _ENTRY.match(text, pos)
+    if m is not None and m.end() - pos > MAX_ENTRY_CHARS:
+        raise HeaderProblem(_too_long(m.end() - pos), m.group(1))
+    entry, sep = _matched_entry(m) if m is not None else (None, None)
+    if m is not None and entry is not None:
+        entries[entry.name] = entry  # a repeated name: the last entry wins
+        pos = _SPACE.match(text, m.end()).end()  # type: ignore[union-attr]
+        if sep == "}":
+            return pos, True
+    else:
+        pos = _keyed_entry(text, pos, entries, metadata)
+        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        if text.startswith("}", pos):
+            return pos + 1, True
+        pos = _expect(text, pos, ",")
+        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+    if not text.startswith('"', pos):
+        raise HeaderProblem(
+            f"header is not valid JSON: expected a tensor name, {_found(text, pos)}"
+        )
+    return pos, False
+
+
+def _matched_entry(m: re.Match[str]) -> tuple[HeaderEntry | None, str | None]:
+    """The entry a whole-entry match holds, if it can be read from the match, and the
+    separator after it."""
+    if m.re is _CANONICAL:  # a number that may not fit, a name to decode the slow way
+        name, dtype, dims, begin, end, sep = m.groups()
+        if dtype in SAFETENSORS_DTYPES and name != "__metadata__":
+            shape = list(map(int, dims.split(","))) if dims else []
+            return _entry(name, dtype, shape, [int(begin), int(end)]), sep
+        return None, sep
+    return _fast_entry(m), m.group(11)
+
+
+def _keyed_entry(
+    text: str, pos: int, entries: dict[str, HeaderEntry], metadata: list[str | None]
+) -> int:
+    """One ``"name": value`` read key first (an escaped name, ``__metadata__``, any entry the
+    regular expressions do not take); the position after the value."""
+    name, pos = _key(text, pos)
+    pos = _expect(text, pos, ":")
+    if name != "__metadata__":
+        entries[name], pos = _slow_entry(text, pos, name)
+        return pos
+    if metadata:
+        raise HeaderProblem("'__metadata__' appears twice", name)
+    meta = _META.match(text, pos)
+    if meta is None:
+        raise HeaderProblem(
+            f"__metadata__ must be an object of string values (or null), {_found(text, pos)}",
+            name,
+        )
+    metadata.append(None if meta.group() == "null" else meta.group())
+    return meta.end()
 
 
 def parse_metadata(text: str | None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from loadkit.checkpoint.header import (
 )
 from loadkit.checkpoint.merge import read_layout
 from loadkit.checkpoint.shards import INDEX_NAME, local_layout, open_regular
-from loadkit.errors import HeaderError, TruncatedCheckpointError
+from loadkit.errors import HeaderError, TruncatedCheckpointError, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -42,8 +42,16 @@ __all__ = [
     "check_header_start",
     "decode_header",
     "open_checkpoint",
+    "read_header_ranges",
     "read_safetensors_header",
 ]
+
+
+# How a header's bytes are read: ``(start, length, check_start)`` -> (the bytes, at most
+# ``length``; the file's size). ``check_start`` sees the first bytes as soon as they are in (a
+# header that is not an object is refused before 100 MB are read).
+ReadRange = Callable[[int, int, "Callable[[bytearray], None] | None"], tuple[bytearray, int]]
+_START = 4096  # the header's first bytes, checked before the rest is read
 
 
 def read_safetensors_header(
@@ -53,32 +61,59 @@ def read_safetensors_header(
     JSON text or ``None``). Refuses what the safetensors library refuses, with a
     ``loadkit.errors.CheckpointError`` naming the file and the key."""
     file = os.fspath(path)
-    fd = open_regular(file)
-    with os.fdopen(fd, "rb") as f:
+    with os.fdopen(open_regular(file), "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) < 8:
-            raise TruncatedCheckpointError(
-                file, f"file is {size} bytes, too short for the 8-byte header length"
-            )
-        n = int.from_bytes(head, "little")
-        if n > MAX_HEADER_BYTES:  # a small file's start may be a Git LFS pointer: read it
-            start = head + f.read(LFS_POINTER_MAX - 8) if size <= LFS_POINTER_MAX else head
-            raise HeaderError(file, oversized_length(start, n, size))
-        if n > size - 8:
-            raise TruncatedCheckpointError(
-                file, f"header claims {n} bytes but only {size - 8} follow the length field"
-            )
-        # The start first: a header that is not an object is refused before 100 MB are read.
-        raw = bytearray(n)
-        view = memoryview(raw)
-        got = f.readinto(view[: min(n, 4096)])
-        check_header_start(file, raw[:got])
-        if got < n:
-            got += f.readinto(view[got:]) or 0
-        view.release()
-    if got != n:
-        raise TruncatedCheckpointError(file, f"read {got} of the header's {n} bytes")
+
+        def read_range(
+            start: int, length: int, check_start: Callable[[bytearray], None] | None
+        ) -> tuple[bytearray, int]:
+            f.seek(start)
+            raw = bytearray(length)
+            view = memoryview(raw)
+            got = f.readinto(view[: min(length, _START)]) or 0
+            if check_start is not None:
+                check_start(raw[:got])
+            if got < length:
+                got += f.readinto(view[got:]) or 0
+            view.release()
+            return (raw if got == length else raw[:got]), size
+
+        return read_header_ranges(file, read_range)
+
+
+def read_header_ranges(
+    file: str, read_range: ReadRange
+) -> tuple[dict[str, TensorInfo], str | None]:
+    """A header read from wherever its bytes are (``read_range``: a local file's, a server's
+    HTTP Range requests), checked as strictly as ``read_safetensors_header`` checks a file's;
+    errors name ``file`` (a path or a URL). Only the 8-byte length and the header are read.
+
+    >>> data = open("data/plamo2/untied.safetensors", "rb").read()
+    >>> def read_range(at, n, check_start):
+    ...     return bytearray(data[at : at + n]), len(data)
+    >>> tensors, _ = read_header_ranges("x", read_range)
+    >>> tensors["lm_head.weight"].shape
+    (48, 16)
+    """
+    head, size = read_range(0, 8, None)
+    if len(head) < 8:
+        raise TruncatedCheckpointError(
+            file, f"file is {size} bytes, too short for the 8-byte header length"
+        )
+    n = int.from_bytes(head, "little")
+    if n > MAX_HEADER_BYTES:  # a small file's start may be a Git LFS pointer: read it
+        if size <= LFS_POINTER_MAX and head == b"version ":
+            head, _ = read_range(0, size, None)
+        raise HeaderError(file, oversized_length(bytes(head), n, size))
+    if n > size - 8:
+        raise TruncatedCheckpointError(
+            file, f"header claims {n} bytes but only {size - 8} follow the length field"
+        )
+    raw = bytearray()
+    if n:
+        raw, _ = read_range(8, n, lambda start: check_header_start(file, start))
+    if len(raw) != n:
+        raise TruncatedCheckpointError(file, f"read {len(raw)} of the header's {n} bytes")
     return decode_header(file, raw, size - 8 - n)
 
 
@@ -184,6 +219,7 @@ class Checkpoint:
         next tensor overwrites, as streaming loaders do: a consumer that holds a view without
         cloning it sees later data.
         """
+        require_torch("Checkpoint.weights (reading tensors)")
         import torch
 
         shared = None

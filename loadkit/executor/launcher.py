@@ -182,14 +182,48 @@ def run_tensor_parallel(
     (``loadkit.executor.results.ModelFactory``).
 
     ``checkpoint`` may be one path per rank (a rank whose copy lacks a shard then fails with
-    the file named). ``timeout`` bounds the whole call; ``collective_timeout`` bounds each wait
-    for the other ranks. ``progress`` shows a bar per rank (bytes streamed) for long loads.
+    the file named). A rank's failure is in its ``RankResult``; a launch in which every rank
+    died before reporting anything raises ``TensorParallelError`` (in a script, call this under
+    ``if __name__ == "__main__":``: the rank processes import the script). ``timeout`` bounds
+    the whole call; ``collective_timeout`` bounds each wait for the other ranks. ``progress``
+    shows a bar per rank (bytes streamed) for long loads.
 
     >>> from loadkit.models.llama import model_from_checkpoint as llama
     >>> runs = run_tensor_parallel("ckpt.safetensors", 2, model=llama)  # doctest: +SKIP
     >>> runs[0].raise_for_errors().logits.shape  # doctest: +SKIP
     (8, 100)
     """
+    spec = _launch_spec(
+        checkpoint,
+        tp,
+        jobs,
+        model=model,
+        input_ids=input_ids,
+        collective_timeout=collective_timeout,
+        track_rows=track_rows,
+        fault=fault,
+        backend=backend,
+        threads=threads,
+    )
+    # A tp that cannot work fails here, before any process.
+    check_tensor_parallel(spec.checkpoints[0], tp, model)
+    return _launch(spec, timeout=timeout, progress=progress, start_method=start_method)
+
+
+def _launch_spec(
+    checkpoint: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    tp: int,
+    jobs: Sequence[Job] | None,
+    *,
+    model: ModelFactory,
+    input_ids: Sequence[int],
+    collective_timeout: float,
+    track_rows: bool,
+    fault: Fault | None,
+    backend: str,
+    threads: int,
+) -> LaunchSpec:
+    """What every rank process is given, the arguments checked."""
     if tp < 1:
         raise TensorParallelError(f"tp must be at least 1, not {tp}")
     paths = (
@@ -202,9 +236,7 @@ def run_tensor_parallel(
     jobs = list(jobs) if jobs is not None else [Job()]
     if not jobs:
         raise TensorParallelError("no jobs to run")
-    # A tp that cannot work fails here, before any process.
-    check_tensor_parallel(paths[0], tp, model)
-    spec = LaunchSpec(
+    return LaunchSpec(
         checkpoints=tuple(paths),
         tp=tp,
         jobs=tuple(jobs),
@@ -216,9 +248,19 @@ def run_tensor_parallel(
         threads=threads,
         fault=fault,
     )
+
+
+def _launch(spec: LaunchSpec, *, timeout: float, progress: bool, start_method: str) -> list[TPRun]:
+    """Start the rank processes, watch them to the end, and collect one ``TPRun`` per job."""
+    tp, first = spec.tp, spec.checkpoints[0]
     # The launcher owns the rendezvous store: bound to port 0 on loopback, a free port per run.
     store = dist.TCPStore(
-        "127.0.0.1", 0, None, True, timedelta(seconds=collective_timeout), wait_for_workers=False
+        "127.0.0.1",
+        0,
+        None,
+        True,
+        timedelta(seconds=spec.collective_timeout),
+        wait_for_workers=False,
     )
     ctx = _context(start_method)
     results_queue = ctx.Queue()
@@ -232,7 +274,7 @@ def run_tensor_parallel(
         for r in range(tp)
     ]
     watch = _Watch(procs, spec)
-    bars = _Bars(spec, open_checkpoint(paths[0]).total_bytes) if progress else None
+    bars = _Bars(spec, open_checkpoint(first).total_bytes) if progress else None
     try:
         for p in procs:
             p.start()
@@ -243,7 +285,24 @@ def run_tensor_parallel(
             bars.update(store, _current_job(watch))
             bars.close()
         results_queue.close()
-    return _collect(watch, paths[0])
+    _raise_if_none_reported(watch)
+    return _collect(watch, first)
+
+
+def _raise_if_none_reported(watch: _Watch) -> None:
+    """Every rank died before reporting anything: nothing was loaded, and a list of dead ranks
+    handed back would read as results. The usual cause is a script without the main guard: each
+    rank imports the script (spawn, forkserver) and runs the launch again, which fails."""
+    if watch.results or watch.fatal:
+        return
+    if any(watch.gone.get(r, ("",))[0] != "died" for r in range(watch.spec.tp)):
+        return
+    deaths = "; ".join(f"rank {r}: {watch.gone[r][1]}" for r in range(watch.spec.tp))
+    raise TensorParallelError(
+        f"every rank died before reporting ({deaths}); their errors are above. A script that "
+        'calls run_tensor_parallel must call it under `if __name__ == "__main__":`: each rank '
+        "process imports the script"
+    )
 
 
 def _supervise(watch: _Watch, q: Any, store: Any, bars: _Bars | None, timeout: float) -> None:

@@ -6,3 +6,7 @@
 (meta-device stand-ins). ``WeightsMapper`` itself is torch-free
 and lives in ``loadkit.mapper``.
 """
+
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"

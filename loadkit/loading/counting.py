@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -70,22 +71,63 @@ class CloneCounter(EagerDispatchMode):
         return out
 
 
+Padding = Literal["counted", "excluded"]
+PADDINGS: tuple[Padding, ...] = ("counted", "excluded")
+
+
+def get_tensor_load_numel(tensor: torch.Tensor, padding: Padding = "excluded") -> int:
+    """How many checkpoint elements ``tensor`` takes: its ``weight_loader_numel`` if it has one.
+
+    A weight created larger than its checkpoint tensor (a mixture-of-experts ``w13_weight``
+    padded for a kernel) says how much of it a load fills in ``weight_loader_numel`` (vLLM
+    0.31.0); the loaders write only that region. ``padding="counted"`` is vLLM 0.30.0 and
+    earlier, where the attribute did not exist: every element counts.
+
+    >>> w = torch.zeros(2, 8, 4)  # 2 experts, 6 rows padded to 8
+    >>> w.weight_loader_numel = 2 * 6 * 4
+    >>> get_tensor_load_numel(w), get_tensor_load_numel(w, "counted")
+    (48, 64)
+    """
+    if padding == "counted":
+        return tensor.numel()
+    return getattr(tensor, "weight_loader_numel", tensor.numel())
+
+
+def count_copies(
+    weight_loader: Callable[..., object],
+    param: object,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    cap: int | None,
+) -> tuple[int, object]:
+    """Run ``weight_loader(param, *args, **kwargs)`` under a ``CopyCounter``; the elements it
+    copied (at most ``cap`` when given) and what it returned. ``get_numel_loaded`` on the
+    positional form a layerwise reload already holds (no ``BoundArguments`` to build)."""
+    with CopyCounter() as counter:
+        result = weight_loader(param, *args, **kwargs)
+    numel = counter.copied_numel
+    return (numel if cap is None else min(numel, cap)), result
+
+
 def get_numel_loaded(
     weight_loader: Callable[..., object],
     args: inspect.BoundArguments,
     *,
     behaviour: Behaviour = "new",
+    padding: Padding = "excluded",
 ) -> tuple[int, object]:
     """Run ``weight_loader`` and return (elements it copied, what it returned).
 
     ``"old"`` reports every copied element, so a loader that copies twice (the composed loader)
-    counts double. ``"new"`` caps the count at the destination's size: a loader fills one
-    parameter, so it cannot have loaded more than that parameter holds.
+    counts double. ``"new"`` caps the count at what the destination takes from a checkpoint
+    (``get_tensor_load_numel``): a loader fills one parameter, so it cannot have loaded more.
 
     Args:
         weight_loader: the loader to run.
         args: its bound arguments; ``args.arguments["param"]`` is the destination.
-        behaviour: ``"old"`` (uncapped) or ``"new"`` (capped).
+        behaviour: ``"old"`` (uncapped, before vLLM #44814) or ``"new"`` (capped).
+        padding: ``"excluded"`` (vLLM 0.31.0 on: the cap honours ``weight_loader_numel``) or
+            ``"counted"`` (vLLM 0.30.0 and earlier: the cap is the parameter's size).
 
     Returns:
         ``(elements counted, the loader's return value)``.
@@ -98,11 +140,12 @@ def get_numel_loaded(
     (8, 4)
     """
     check_behaviour(behaviour)
+    check_behaviour(padding, PADDINGS, what="padding")
     with CopyCounter() as counter:
         result = weight_loader(*args.args, **args.kwargs)
     numel = counter.copied_numel
     if behaviour == "new":
         param = args.arguments.get("param")
         if isinstance(param, torch.Tensor):
-            numel = min(numel, param.numel())
+            numel = min(numel, get_tensor_load_numel(param, padding))
     return numel, result

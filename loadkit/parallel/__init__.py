@@ -7,6 +7,10 @@ Running ``tp`` real processes is ``loadkit.executor``'s job; one rank's share on
 for ``inspect --tp``, is ``loadkit_inspect.tensor_parallel``'s.
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.parallel.linear import (
     ColumnParallelLinear,
     MergedColumnParallelLinear,

@@ -39,16 +39,25 @@ def size_findings(
         >>> [f.subject for f in size_findings(3, heads=4, kv_heads=4, vocab_size=None)]
         ['attention heads']
     """
-    out: list[TPFinding] = []
     if tp < 1:
         return [TPFinding("error", "tp", f"tp must be at least 1, not {tp}")]
+    out = _head_findings(tp, heads, kv_heads)
+    if intermediate_size is not None and intermediate_size % tp:
+        message = f"intermediate size {intermediate_size} is not divisible by tp={tp}"
+        out.append(TPFinding("error", "intermediate size", message))
+    if vocab_size is not None:
+        out += _vocab_findings(tp, vocab_size)
+    return out
+
+
+def _head_findings(tp: int, heads: int, kv_heads: int) -> list[TPFinding]:
+    """The attention heads split in ``tp`` equal parts, the kv heads split or replicated."""
     H, KV = heads, kv_heads
+    out = []
     if H % tp:
         out.append(
             TPFinding(
-                "error",
-                "attention heads",
-                f"{H} attention heads are not divisible by tp={tp}",
+                "error", "attention heads", f"{H} attention heads are not divisible by tp={tp}"
             )
         )
     if KV == H and H % tp:
@@ -56,53 +65,32 @@ def size_findings(
     elif KV >= tp and KV % tp:
         out.append(TPFinding("error", "kv heads", f"{KV} kv heads are not divisible by tp={tp}"))
     elif KV < tp and tp % KV:
-        out.append(
-            TPFinding(
-                "error",
-                "kv heads",
-                f"tp={tp} is not a multiple of the {KV} kv heads: they cannot be replicated evenly",
-            )
+        message = (
+            f"tp={tp} is not a multiple of the {KV} kv heads: they cannot be replicated evenly"
         )
+        out.append(TPFinding("error", "kv heads", message))
     elif KV < tp:
-        out.append(
-            TPFinding(
-                "note",
-                "kv replication",
-                f"{KV} kv heads < tp={tp}: each kv head is replicated on {tp // KV} ranks "
-                f"(rank r holds kv head r // {tp // KV})",
-            )
+        message = (
+            f"{KV} kv heads < tp={tp}: each kv head is replicated on {tp // KV} ranks "
+            f"(rank r holds kv head r // {tp // KV})"
         )
-    if intermediate_size is not None and intermediate_size % tp:
-        out.append(
-            TPFinding(
-                "error",
-                "intermediate size",
-                f"intermediate size {intermediate_size} is not divisible by tp={tp}",
-            )
-        )
-    if vocab_size is None:
-        return out
+        out.append(TPFinding("note", "kv replication", message))
+    return out
+
+
+def _vocab_findings(tp: int, vocab_size: int) -> list[TPFinding]:
+    """The vocabulary padded to a multiple of 64, then split in ``tp`` equal slices."""
     padded = pad_vocab_size(vocab_size)
     if padded % tp:
-        out.append(
-            TPFinding(
-                "error",
-                "vocabulary",
-                f"padded vocabulary {padded} is not divisible by tp={tp}",
-            )
-        )
-    elif padded != vocab_size:
-        shards = [vocab_shard(vocab_size, r, tp) for r in range(tp)]
-        pads = ", ".join(
-            f"rank {r} {s.padding_rows}" for r, s in enumerate(shards) if s.padding_rows
-        )
-        out.append(
-            TPFinding(
-                "note",
-                "vocab padding",
-                f"vocabulary {vocab_size} padded to {padded} "
-                f"(multiple of {DEFAULT_VOCAB_PADDING_SIZE}), {padded // tp} rows per rank; "
-                f"zero rows: {pads}",
-            )
-        )
-    return out
+        message = f"padded vocabulary {padded} is not divisible by tp={tp}"
+        return [TPFinding("error", "vocabulary", message)]
+    if padded == vocab_size:
+        return []
+    shards = [vocab_shard(vocab_size, r, tp) for r in range(tp)]
+    pads = ", ".join(f"rank {r} {s.padding_rows}" for r, s in enumerate(shards) if s.padding_rows)
+    message = (
+        f"vocabulary {vocab_size} padded to {padded} "
+        f"(multiple of {DEFAULT_VOCAB_PADDING_SIZE}), {padded // tp} rows per rank; "
+        f"zero rows: {pads}"
+    )
+    return [TPFinding("note", "vocab padding", message)]

@@ -1,36 +1,44 @@
-"""Layerwise reload: new weights into a running model, one layer at a time (docs/api.md, bug 3).
+"""Layerwise reload: new weights into a running model, one layer at a time (docs/api.md, bugs 3, 6).
 
 Online reload exists for reinforcement learning: the trainer sends fresh weights to an inference
 engine that keeps running, and the engine's tensors must keep their storage (captured CUDA graphs
-hold raw pointers into it). The lifecycle:
+hold raw pointers into it). The lifecycle, as vLLM 0.34.0's ``model_loader/reload/layerwise.py``:
 
 1. ``record_metadata_for_reloading(model)`` after the first load: each layer's parameters and
    buffers as meta tensors (shape, dtype, class, attributes such as ``weight_loader``).
-2. ``initialize_layerwise_reload(model, behaviour=...)``: every layer (a module with direct
-   parameters or buffers) goes on meta, its counter to 0, its total to the numel of its direct
-   parameters **and buffers** (as vLLM 0.28.0 counts them, non-persistent buffers included), and
-   every tensor's loader is wrapped.
+2. ``initialize_layerwise_reload(model)``: every layer (a module with direct parameters or
+   buffers) goes on meta, its counter to 0, its total to the elements its tensors take from a
+   checkpoint (``get_tensor_load_numel``: a padded weight's ``weight_loader_numel``), and every
+   tensor's loader is wrapped.
 3. The model's own load path runs (``model.load_weights(weights)``). Each wrapped call is counted
-   with ``get_numel_loaded`` and buffered; when a layer's count reaches its total the layer is
-   finalised at once (``loadkit.reload.layer``). A load for a finalised layer is dropped with an
-   ``ExcessiveLoadWarning``.
-4. ``finalize_layerwise_reload(model)`` finalises what is still open and restores the loaders.
-   Call it in a ``finally``: if the load raises, it is what puts the live parameters back.
+   (``get_numel_loaded``'s rule) and buffered; when a layer's count reaches its total the layer
+   is finalised at once (``loadkit.reload.layer``), unless ``defer_processing``. A load for a
+   finalised layer is dropped with an ``ExcessiveLoadWarning``.
+4. ``finalize_layerwise_reload(model)`` finalises what is still open, restores the loaders and
+   runs every module's post-load hook, children first (``finalize_model_weights``). Call it in a
+   ``finally``: if the load raises, it is what puts the live parameters back.
 
 Counting elements, not calls, is what lets a packed parameter filled slice by slice (q, k and v
-into one ``qkv_proj``) finalise only when complete. ``"old"`` counts every copied element, so a
-composed loader (load, then ``copy_(fn(param))``) counts its parameter twice and can finalise its
-layer before the last parameter arrives: Mamba2's ``mixer.D`` upstream. ``"new"`` caps each call at
-the parameter's size. ``reload_log(model)`` returns every counted call in order.
+into one ``qkv_proj``) finalise only when complete. The keywords choose which vLLM's rules run:
 
-The buffered loads keep the tensors they were handed until their layer is finalised, as upstream
-does: a stream that reuses one buffer (``open_checkpoint(p).weights(reuse_buffer=True)``) has
-overwritten them by then, and the replay loads the wrong bytes. Reload from tensors that stay valid.
+- ``behaviour="old"`` counts every copied element, so a composed loader (load, then
+  ``copy_(fn(param))``) counts its parameter twice and can finalise its layer before the last
+  parameter arrives: Mamba2's ``mixer.D`` (bug 3, before vLLM #44814). ``"new"`` caps each call.
+- ``padding="counted"`` counts a padded weight's every element, in its total and in the cap
+  (vLLM 0.30.0 and earlier): its layer never completes during the load and is finalised only by
+  ``finalize_layerwise_reload``. ``"excluded"`` honours ``weight_loader_numel`` (0.31.0 on).
+- ``fill`` is what a materialised tensor holds before the replay: ``"zero"`` (0.34.0),
+  ``"stale"`` (a fixed pattern standing for the ``torch.empty`` memory of 0.33.0 and earlier),
+  ``"nan"`` (loadkit's visible marker). The padding and any dropped parameter keep it (bug 6).
+
+``reload_log(model)`` returns every counted call in order. The buffered loads keep the tensors
+they were handed until their layer is finalised, as upstream does: a stream that reuses one
+buffer (``open_checkpoint(p).weights(reuse_buffer=True)``) has overwritten them by then, and the
+replay loads the wrong bytes. Reload from tensors that stay valid.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from dataclasses import dataclass, field
 
@@ -43,11 +51,19 @@ from loadkit.errors import (
     ReloadStateError,
     UnloadedLayerWarning,
 )
-from loadkit.loading.counting import get_numel_loaded
+from loadkit.loading.counting import PADDINGS, Padding, count_copies
 from loadkit.loading.meta import to_meta
+from loadkit.loading.postload import finalize_model_weights
 from loadkit.loading.tensors import qualname
-from loadkit.loading.weight_loaders import WeightLoader, loader_of
-from loadkit.reload.layer import LayerReload, ScratchArena
+from loadkit.reload.layer import (
+    FILL_WORDS,
+    FILLS,
+    Fill,
+    LayerReload,
+    ScratchArena,
+    first_argument,
+    original_loader,
+)
 from loadkit.terms import Behaviour, check_behaviour
 
 __all__ = [
@@ -58,6 +74,7 @@ __all__ = [
     "UnloadedLayerWarning",
     "finalize_layerwise_reload",
     "initialize_layerwise_reload",
+    "max_layer_reload_bytes",
     "record_metadata_for_reloading",
     "reload_log",
 ]
@@ -71,7 +88,7 @@ AT_FINALIZE = "finalize_layerwise_reload"
 EXCESSIVE = "excessive loading"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReloadStep:
     """One counted (or dropped) weight-loader call, or a finalisation by ``finalize``."""
 
@@ -89,34 +106,28 @@ class ReloadStep:
 @dataclass
 class _Session:
     behaviour: Behaviour
+    padding: Padding
+    fill: Fill
+    defer_processing: bool
     layers: list[LayerReload] = field(default_factory=list)
     steps: list[ReloadStep] = field(default_factory=list)
     arena: ScratchArena = field(default_factory=ScratchArena)
     open: bool = True
 
-    def log(
-        self,
-        state: LayerReload,
-        parameter: str,
-        counted: int,
-        *,
-        finalised: bool,
-        dropped: bool,
-        reason: str = "",
-    ) -> None:
-        self.steps.append(
-            ReloadStep(
-                len(self.steps),
-                state.name,
-                parameter,
-                counted,
-                state.count,
-                state.total,
-                finalised,
-                dropped,
-                reason,
-            )
+    def log(self, state: LayerReload, parameter: str, counted: int, reason: str = "") -> None:
+        finalised = reason in (REACHED_TOTAL, AT_FINALIZE)
+        step = ReloadStep(
+            len(self.steps),
+            state.name,
+            parameter,
+            counted,
+            state.count,
+            state.total,
+            finalised,
+            reason == EXCESSIVE,
+            reason,
         )
+        self.steps.append(step)
 
 
 def _layers(model: nn.Module) -> list[tuple[str, nn.Module, dict[str, torch.Tensor]]]:
@@ -140,9 +151,7 @@ def record_metadata_for_reloading(model: nn.Module) -> None:
         ``None``; raises ``ReloadStateError`` while a reload is open.
 
     >>> import torch
-    >>> from loadkit import AutoWeightsLoader
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
-    >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
     >>> record_metadata_for_reloading(model)
     >>> model[0]._loadkit_reload_meta["weight"].device.type
     'meta'
@@ -153,7 +162,37 @@ def record_metadata_for_reloading(model: nn.Module) -> None:
             f"{type(model).__name__}: a reload is open; call finalize_layerwise_reload first"
         )
     for _, module, tensors in _layers(model):
-        setattr(module, _META_ATTR, {n: to_meta(t) for n, t in tensors.items()})
+        metas = {}
+        for n, t in tensors.items():
+            meta = to_meta(t)
+            meta.__dict__.pop("weight_loader", None)  # the live tensor's own, unwrapped, below
+            if "weight_loader" in t.__dict__:
+                meta.__dict__["weight_loader"] = original_loader(t)
+            metas[n] = meta
+        setattr(module, _META_ATTR, metas)
+
+
+def max_layer_reload_bytes(model: nn.Module) -> int:
+    """Bytes of the largest layer as recorded: what a layerwise reload materialises at once.
+
+    Args:
+        model: a model whose metadata was recorded (``record_metadata_for_reloading``).
+
+    Returns:
+        The largest layer's bytes in checkpoint format, 0 when nothing was recorded.
+
+    >>> import torch
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    >>> record_metadata_for_reloading(model)
+    >>> max_layer_reload_bytes(model)  # 16 + 4 float32 elements
+    80
+    """
+    sizes = (
+        sum(t.nbytes for t in recorded.values())
+        for module in model.modules()
+        if (recorded := getattr(module, _META_ATTR, None)) is not None
+    )
+    return max(sizes, default=0)
 
 
 def _check_layer(name: str, module: nn.Module, params: dict[str, torch.Tensor]) -> dict:
@@ -174,7 +213,7 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, torch.Tensor]) 
                 f"{label} tensor '{pname}' has shape {list(p.shape)} but shape "
                 f"{list(recorded[pname].shape)} was recorded: it cannot be copied back"
             )
-        first = next(iter(inspect.signature(loader_of(recorded[pname])).parameters), None)
+        first = first_argument(original_loader(recorded[pname]))
         if first != "param":
             raise ReloadStateError(
                 f"{label} tensor '{pname}': its weight_loader's first argument is "
@@ -183,13 +222,47 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, torch.Tensor]) 
     return recorded
 
 
-def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new") -> None:
+def _check_open(model: nn.Module, layers: list) -> None:
+    """Refuse a second reload, a tied tensor, or a layer in another model's open reload."""
+    previous = getattr(model, _SESSION_ATTR, None)
+    if previous is not None and previous.open:
+        raise ReloadStateError(
+            f"{type(model).__name__}: a reload is already open; call finalize_layerwise_reload"
+        )
+    owner: dict[int, tuple[str, str]] = {}
+    for name, module, params in layers:
+        for pname, p in params.items():
+            if id(p) in owner:
+                raise ReloadStateError(
+                    f"parameter '{qualname(name, pname)}' is the same tensor as "
+                    f"'{qualname(*owner[id(p)])}' (tied): layerwise reload needs each "
+                    "parameter in exactly one layer"
+                )
+            owner[id(p)] = (name, pname)
+        if _STATE_ATTR in module.__dict__:
+            raise ReloadStateError(
+                f"layer '{name}' ({type(module).__name__}) is in another open reload"
+            )
+
+
+def initialize_layerwise_reload(
+    model: nn.Module,
+    *,
+    defer_processing: bool = False,
+    behaviour: Behaviour = "new",
+    padding: Padding = "excluded",
+    fill: Fill = "zero",
+) -> None:
     """Put every layer on meta, zero its counter and wrap its loaders (see the module doc).
 
     Args:
         model: a model whose metadata was recorded (``record_metadata_for_reloading``).
-        behaviour: ``"old"`` counts every copied element, ``"new"`` caps each call at its
-            parameter's size.
+        defer_processing: finalise no layer during the load, only in
+            ``finalize_layerwise_reload`` (vLLM 0.34.0's keyword).
+        behaviour: ``"old"`` counts every copied element, ``"new"`` caps each call.
+        padding: ``"excluded"`` (0.31.0 on) or ``"counted"`` (0.30.0 and earlier).
+        fill: what a materialised tensor holds before the replay: ``"zero"`` (0.34.0),
+            ``"stale"`` (0.33.0 and earlier, a fixed pattern) or ``"nan"``.
 
     Returns:
         ``None``; the model's own load path then runs the wrapped loaders.
@@ -199,7 +272,7 @@ def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
     >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
     >>> record_metadata_for_reloading(model)
-    >>> initialize_layerwise_reload(model, behaviour="new")
+    >>> initialize_layerwise_reload(model)
     >>> model[0].weight.device.type  # on meta until the layer is complete
     'meta'
     >>> sorted(AutoWeightsLoader(model).load_weights(update))
@@ -208,42 +281,31 @@ def initialize_layerwise_reload(model: nn.Module, *, behaviour: Behaviour = "new
     ('cpu', [1.0, 1.0])
     """
     check_behaviour(behaviour)
-    previous = getattr(model, _SESSION_ATTR, None)
-    if previous is not None and previous.open:
-        raise ReloadStateError(
-            f"{type(model).__name__}: a reload is already open; call finalize_layerwise_reload"
-        )
+    check_behaviour(padding, PADDINGS, what="padding")
+    check_behaviour(fill, FILLS, what="fill")
     layers = _layers(model)
-    owner: dict[int, str] = {}
-    for name, module, params in layers:  # check everything before changing anything
-        for pname, p in params.items():
-            qual = qualname(name, pname)
-            if id(p) in owner:
-                raise ReloadStateError(
-                    f"parameter '{qual}' is the same tensor as '{owner[id(p)]}' (tied): "
-                    "layerwise reload needs each parameter in exactly one layer"
-                )
-            owner[id(p)] = qual
-        if getattr(module, _STATE_ATTR, None) is not None:
-            raise ReloadStateError(
-                f"layer '{name}' ({type(module).__name__}) is in another open reload"
-            )
+    _check_open(model, layers)  # everything is checked before anything changes
     recorded = [_check_layer(name, module, params) for name, module, params in layers]
-    session = _Session(behaviour)
+    session = _Session(behaviour, padding, fill, defer_processing)
+
+    def wrap(state: LayerReload, pname: str, loader):
+        return _wrap(session, state, pname, loader)
+
     for (name, module, params), rec in zip(layers, recorded, strict=True):
-        state = LayerReload(name, module, behaviour, rec, params)
-        state.open(lambda st, pname, loader: _wrap(session, st, pname, loader))
-        setattr(module, _STATE_ATTR, state)
+        state = LayerReload(name, module, behaviour, padding, fill, rec, params)
+        state.open(wrap)
+        module.__dict__[_STATE_ATTR] = state
         session.layers.append(state)
-    setattr(model, _SESSION_ATTR, session)
+    model.__dict__[_SESSION_ATTR] = session
 
 
-def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoader) -> WeightLoader:
-    signature = inspect.signature(loader)
+def _wrap(session: _Session, state: LayerReload, pname: str, loader):
+    cap = state.caps[pname] if state.behaviour == "new" else None
+    stand_in = state.recorded[pname]
 
     def reload_weight_loader(param, *args, **kwargs):
         if state.finalised:
-            session.log(state, pname, 0, finalised=False, dropped=True, reason=EXCESSIVE)
+            session.log(state, pname, 0, EXCESSIVE)
             warnings.warn(
                 f"layer {state.label}: excessive loading of '{pname}': the layer was finalised "
                 f"at {state.count}/{state.total} elements, so this load is dropped",
@@ -251,22 +313,12 @@ def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoade
                 stacklevel=2,
             )
             return None
-        bound = signature.bind(param, *args, **kwargs)
-        bound.apply_defaults()
         # Count on the meta stand-in, whichever tensor the caller passed: never the live storage.
-        bound.arguments["param"] = state.meta[pname]
-        counted, result = get_numel_loaded(loader, bound, behaviour=state.behaviour)
-        state.loads.append((pname, bound))  # only loads that ran are replayed
+        counted, result = count_copies(loader, stand_in, args, kwargs, cap)
+        state.loads.append((pname, args, kwargs))  # only loads that ran are replayed
         state.count += counted
-        done = state.count >= state.total
-        session.log(
-            state,
-            pname,
-            counted,
-            finalised=done,
-            dropped=False,
-            reason=REACHED_TOTAL if done else "",
-        )
+        done = state.count >= state.total and not session.defer_processing
+        session.log(state, pname, counted, REACHED_TOTAL if done else "")
         if done:
             state.finalise(session.arena)
         return result
@@ -275,11 +327,30 @@ def _wrap(session: _Session, state: LayerReload, pname: str, loader: WeightLoade
     return reload_weight_loader
 
 
+def _finalise_open(session: _Session) -> tuple[list[str], list[str]]:
+    """Finalise every layer a load reached; put back those none did. (partly, untouched)."""
+    partly, untouched = [], []
+    for state in session.layers:
+        if state.finalised:
+            continue
+        if state.count > 0:
+            if state.count < state.total:
+                partly.append(state.name)
+            session.log(state, "", 0, AT_FINALIZE)
+            state.finalise(session.arena)
+        else:
+            if state.total > 0:  # upstream: "Failed to load weights" only for loadable layers
+                untouched.append(state.name)
+            state.restore_untouched()
+    return partly, untouched
+
+
 def finalize_layerwise_reload(model: nn.Module) -> list[str]:
-    """Finalise the layers still open; return (and warn about) those left partly loaded.
+    """Finalise the layers still open, restore the loaders, run the post-load hooks; return (and
+    warn about) the layers left partly loaded.
 
     A layer nobody loaded keeps its current values (warned separately); a partly loaded one is
-    finalised like any other, so its missing parameters become NaN.
+    finalised like any other, so what no load wrote keeps the fill.
 
     Args:
         model: a model with a reload open.
@@ -292,14 +363,14 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))  # one layer: weight (4) + bias (2)
     >>> update = [("0.weight", torch.eye(2)), ("0.bias", torch.ones(2))]
     >>> record_metadata_for_reloading(model)
-    >>> initialize_layerwise_reload(model)
+    >>> initialize_layerwise_reload(model, fill="nan")
     >>> _ = AutoWeightsLoader(model).load_weights(update[:1])  # no bias
     >>> import warnings
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore")
     ...     finalize_layerwise_reload(model)
     ['0']
-    >>> model[0].bias.isnan().all().item()  # the dropped parameter shows as NaN
+    >>> model[0].bias.isnan().all().item()  # the dropped parameter shows the fill
     True
     """
     session = getattr(model, _SESSION_ATTR, None)
@@ -307,27 +378,19 @@ def finalize_layerwise_reload(model: nn.Module) -> list[str]:
         raise ReloadStateError(
             f"{type(model).__name__}: no reload is open; call initialize_layerwise_reload first"
         )
-    partly, untouched = [], []
     try:
-        for state in session.layers:
-            if not state.finalised:
-                if state.count > 0:
-                    partly.append(state.name)
-                    session.log(state, "", 0, finalised=True, dropped=False, reason=AT_FINALIZE)
-                    state.finalise(session.arena)
-                else:
-                    untouched.append(state.name)
-                    state.restore_untouched()
+        partly, untouched = _finalise_open(session)
     finally:
         for state in session.layers:
             state.close()
             state.module.__dict__.pop(_STATE_ATTR, None)
         session.open = False
         session.arena = ScratchArena()  # frees the scratch memory
+    finalize_model_weights(model)
     if partly:
         warnings.warn(
-            f"{len(partly)} layer(s) left partly loaded, finalised with NaN where nothing was "
-            f"loaded: {partly}",
+            f"{len(partly)} layer(s) left partly loaded, finalised with "
+            f"{FILL_WORDS[session.fill]} where nothing was loaded: {partly}",
             PartialLayerWarning,
             stacklevel=2,
         )

@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple, NoReturn
 
-from loadkit_inspect.options import InspectOptions, LoadRules, pattern_problem
+from loadkit_inspect.options import LoadRules, pattern_problem
 
 INSPECT_DESCRIPTION = """\
 Header-only report of a safetensors checkpoint: its key tree (tensor counts and bytes per
@@ -292,10 +292,12 @@ def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
 
 
 class InspectCommand(NamedTuple):
-    """``loadkit inspect``'s command line as one record: the inspector's options, and
-    how the report is printed (``--json``, ``--limit``, ``--debug``)."""
+    """``loadkit inspect``'s command line as one record: ``inspect_checkpoint``'s arguments
+    (``checkpoint`` and the keywords the flags set, by the keywords' own names), and how the
+    report is printed (``--json``, ``--limit``, ``--debug``)."""
 
-    options: InspectOptions
+    checkpoint: str
+    options: dict[str, Any]
     json: bool = False
     limit: int = 20
     debug: bool = False
@@ -305,7 +307,7 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
     """``argv`` (the command first) as one record; argparse exits on ``--help`` or bad usage.
 
     >>> command = parse_command(["inspect", "ck", "--model", "plamo2", "--strict-dtype"])
-    >>> command.options.model, command.options.rules.strict_dtype, command.json
+    >>> command.options["model"], command.options["rules"].strict_dtype, command.json
     ('plamo2', True, False)
     """
     args = parse_args(build_parser(), argv)
@@ -316,17 +318,16 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
         args.allow_missing,
         args.strict_dtype,
     )
-    options = InspectOptions(
-        args.checkpoint,
-        model=args.model,
-        mapper=args.mapper,
-        mapper_label="--mapper",
-        replace_mapper=args.replace_mapper,
-        rules=rules,
-        model_args=dict(args.model_args),
-        probe=True if args.probe else None,
-        tp=args.tp,
-        strict_index=args.strict_index,
-        loader=args.loader,
-    )
-    return InspectCommand(options, json=args.json, limit=args.limit, debug=args.debug)
+    options = {
+        "model": args.model,
+        "mapper": args.mapper,
+        "mapper_label": "--mapper",
+        "replace_mapper": args.replace_mapper,
+        "rules": rules,
+        "model_args": dict(args.model_args),
+        "probe": True if args.probe else None,
+        "tp": args.tp,
+        "strict_index": args.strict_index,
+        "loader": args.loader,
+    }
+    return InspectCommand(args.checkpoint, options, args.json, args.limit, args.debug)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from loadkit.errors import LoadkitError, printable
 from loadkit_inspect.cli.arguments import InspectCommand, parse_command
-from loadkit_inspect.inspector import inspect
+from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.options import LoadRules
 
 EXIT_CLEAN, EXIT_WOULD_NOT_LOAD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -70,14 +70,14 @@ def inspect_command(command: InspectCommand) -> int:
     ``--json`` (a log or a pipe would keep every frame of it)."""
     options = command.options
     if not command.json and sys.stderr is not None and sys.stderr.isatty():
-        options = options._replace(progress=True)
-    if options.model is None and (
-        options.model_args or options.rules != LoadRules() or options.probe
+        options = {**options, "progress": True}
+    if options["model"] is None and (
+        options["model_args"] or options["rules"] != LoadRules() or options["probe"]
     ):
         return _fail("--model-arg, the load rules and --probe need a --model", EXIT_BAD_INPUT,
                      command.json)  # fmt: skip
     try:
-        report = inspect(options)
+        report = inspect_checkpoint(command.checkpoint, **options)
         text = report.to_json() if command.json else report.render(limit=command.limit)
     except LoadkitError as exc:
         cause = exc.__cause__ or exc.__context__

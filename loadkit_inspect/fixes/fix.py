@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loadkit.errors import printable
+from loadkit.fmt import plural
 from loadkit_inspect.fixes.suggest import (
     Ambiguity,
     Renumbering,
@@ -33,6 +35,7 @@ from loadkit_inspect.fixes.suggest import (
     renumberings,
 )
 from loadkit_inspect.report.records import LoadReport
+from loadkit_inspect.report.text import capped, joined_problems
 
 if TYPE_CHECKING:
     from loadkit.mapper import WeightsMapper
@@ -136,6 +139,80 @@ class SuggestedFix:
             "problems": self.result.problems(),
         }
 
+    def render(self, limit: int) -> list[str]:
+        """The suggested fix's text: the rules, the renumbered siblings said in words, the
+        rules refused, and the ``--mapper`` to paste with what the load does with it."""
+        n = len(self.suggestions)
+        these = "this rule" if n == 1 else "these rules"
+        if n:
+            explain = "explains" if n == 1 else "explain"
+            lines = [
+                f"suggested fix  ({plural(n, 'mapper rule')} {explain} "
+                f"{plural(self.explains, 'renamed key')}; the load was simulated again with "
+                f"{these})"
+            ]
+        else:
+            lines = ["suggested fix  (in words: no mapper rule can express it)"]
+        for sh in self.shifts:
+            lines.append(f"  {printable(sh.words())}")
+            why = sh.why_no_rules
+            lines.append(
+                f"    {plural(len(sh.numbers), 'regex rule')}, one per number"
+                if why is None
+                else f"    no rule: {why}"
+            )
+        rows = []
+        for s in self.suggestions:
+            key, tensor = s.pairs[0] if s.pairs else ("", "")
+            example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
+            rows.append(
+                f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: "
+                f"{plural(len(s.pairs), 'key')}{example}"
+            )
+        lines += capped(rows, len(rows), limit, "  ")
+        lines += render_refused(self.rejected, limit, "  ")
+        if not n:
+            return lines
+        return lines + self._flag_lines(these, limit)
+
+    def _flag_lines(self, these: str, limit: int) -> list[str]:
+        """The ``--mapper`` to paste, and what the load does with it."""
+        lines = [f"  {self.flag}"]
+        if not self.complete:
+            lines.append(
+                "  (the mapper given has rules JSON cannot hold: add these rules to it; the flag "
+                "alone would drop them)"
+            )
+        vllm = " (vllm)" if self.other_loaders else ""
+        if self.other_loaders:
+            others = ", ".join(self.other_loaders)
+            lines.append(
+                f"  (mapper rules are vLLM's: {others} loads by its own rules, so the flag selects "
+                "--loader vllm)"
+            )
+        if self.proven:
+            lines.append(f"  would load cleanly with {these}{vllm}")
+            lines.append(
+                "  (proven: the second load is clean, every shape matches, numbered siblings keep "
+                "their places)"
+            )
+        elif self.scrambled:
+            scrambled = "; ".join(printable(r.words()) for r in self.scrambled)
+            lines.append(f"  NOT proven: {scrambled}")
+        elif self.result.clean:
+            lines.append(f"  would load cleanly with {these}{vllm}, but NOT proven:")
+        else:
+            problems = joined_problems(self.result.problems())
+            lines.append(f"  with {these} it would still NOT load: {problems}")
+        if self.ambiguous:
+            lines.append(
+                "  shapes cannot tell these tensors apart: with a key in another of them the load "
+                "would be as clean; the names alone chose (check each)"
+            )
+            rows = [f"    {printable(a.words())}" for a in self.ambiguous]
+            lines += capped(rows, len(rows), limit)
+        return lines
+
 
 @dataclass
 class NotOffered:
@@ -146,6 +223,19 @@ class NotOffered:
 
     def as_list(self) -> list[dict[str, str]]:
         return refused_as_list(self.rejected)
+
+    def render(self, limit: int) -> list[str]:
+        """The rules considered and refused, one line each, and why."""
+        return render_refused(self.rejected, limit, "")
+
+
+def render_refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
+    """One line per rule considered and refused: the rule, and why."""
+    rows = [
+        f"{indent}not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}"
+        for rule, why in rejected
+    ]
+    return capped(rows, len(rows), limit, indent)
 
 
 def refused_as_list(rejected: list[tuple[Rule, str]]) -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from loadkit.errors import LoadkitError, printable
 from loadkit.fmt import format_bytes, plural
+from loadkit_inspect.report.text import capped, joined_names
 
 _NUMBERED = object()  # the key numbered siblings share while a folded tree is built
 MAX_DEPTH = 64  # components; the rest of a longer name stays one node (the walks recurse)
@@ -197,6 +198,18 @@ class LayoutNode:
             if node._variants or node._missing_in or node._only_in:
                 yield node
 
+    def section(self, limit: int, max_depth: int | None = None) -> list[str]:
+        """The report's layout section for this (folded) tree: the folded siblings that differ,
+        capped at ``limit`` rows, then the tree down to ``max_depth``."""
+        lines = ["layout  (numbered siblings folded into {a-b})"]
+        odd = list(self.odd_ones())
+        if odd:
+            lines.append(f"  folded siblings that differ ({len(odd)}):")
+            rows = [f"    {printable(n.path)}: {_odd(n)}" for n in odd]
+            lines += capped(rows, len(rows), limit)
+        tree = self.render(max_depth=max_depth)
+        return lines + ["  " + row for row in tree.splitlines()]
+
 
 class Variant:
     """Folded instances of one tensor that differ from the others' shape or dtype."""
@@ -221,6 +234,15 @@ class Variant:
             "dtype": self.dtype,
             "in": self.places,
         }
+
+
+def _odd(node: LayoutNode) -> str:
+    parts = [v.text(usual=True) for v in node.variants]
+    if node.missing_in:
+        parts.append(f"missing in {joined_names(node.missing_in)}")
+    if node.only_in:
+        parts.append(f"only in {joined_names(node.only_in)} (of {node.of})")
+    return "; ".join(parts)
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:

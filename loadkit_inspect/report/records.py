@@ -1,4 +1,5 @@
-"""The model sections of an inspect report: plain records (dataclasses), torch-free.
+"""The model sections of an inspect report: plain records (dataclasses), their JSON and their
+text, torch-free.
 
 ``ModelSummary`` and ``LoadReport`` (each checkpoint key's fate, and what went wrong) are filled
 in by ``loadkit_inspect.simulate``, which needs torch; the header sections are in
@@ -8,12 +9,16 @@ in by ``loadkit_inspect.simulate``, which needs torch; the header sections are i
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from loadkit.fmt import plural
+from loadkit.errors import printable
+from loadkit.fmt import format_bytes, plural
 from loadkit.terms import CLEAN_STATUSES, KEY_STATUSES, Status
+from loadkit_inspect.casts import kind
 from loadkit_inspect.options import LoadRules
+from loadkit_inspect.report.text import capped, joined_names, shapes
 
 # --- the model sections (filled in by the dry load) ----------------------------------------
 
@@ -40,6 +45,32 @@ class ModelSummary:
             "pooling": self.pooling,
             "backend": self.backend,
         }
+
+    def render(self) -> list[str]:
+        """The model section's text: what was built, and how it loads."""
+        own = "its own load_weights" if self.has_own_load_weights else "AutoWeightsLoader"
+        lines = [
+            f"model  {printable(self.spec)}: {self.cls}, {plural(self.parameters, 'tensor')}, "
+            f"{format_bytes(self.nbytes)} (built on meta: no memory used); loads with {own}",
+        ]
+        return lines + (_backend(self.backend) if self.backend else [])
+
+
+def _backend(b: dict[str, Any]) -> list[str]:
+    """A model built from a Hugging Face config: what transformers built, and why this wrapper."""
+    lines = [
+        f"  transformers {b.get('transformers_version', '?')} built "
+        f"{b.get('transformers_class')} (model_type {b.get('model_type')!r}) as self.model",
+    ]
+    if b.get("config"):
+        lines.append(f"  config  {printable(str(b['config']))}")
+    if b.get("wrapper_reason"):
+        lines.append(f"  wrapper {b.get('wrapper')}: {b['wrapper_reason']}")
+    skips = [f"skip_prefixes {b['skip_prefixes']}"] if b.get("skip_prefixes") else []
+    skips += [f"skip_substrs {b['skip_substrs']}"] if b.get("skip_substrs") else []
+    if skips:
+        lines.append("  " + "; ".join(skips))
+    return lines
 
 
 @dataclass
@@ -282,3 +313,161 @@ class LoadReport:
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+# --- the load section's text ------------------------------------------------------------------
+
+
+def render_load(
+    load: LoadReport,
+    limit: int,
+    *,
+    explained_keys: Collection[str] = (),
+    explained_tensors: Collection[str] = (),
+    majority: str | None = None,
+    loader: str = "",
+) -> list[str]:
+    """The load section's text, each list capped at ``limit`` rows. The unexpected keys and
+    missing tensors a suggested fix explains are said to be, and left out of the lists;
+    ``majority``: the checkpoint's most common dtype (as torch names it); ``loader``: the
+    loader the section is about (``"vllm loader: "`` beside another loader's section)."""
+    c = load.counts()
+    passes = plural(load.runs, "pass", "passes")
+    lines = [
+        f"load  ({loader}simulated on the meta device, {passes})",
+        f"  checkpoint {plural(len(load.keys), 'key')}: "
+        + ", ".join(f"{n} {s}" for s, n in c.items() if n),
+        _model_counts(load),
+    ]
+    if not load.complete:
+        lines.append("  stopped early: too many failing names; the rest was not simulated")
+    if load.failure:
+        lines.append(f"  load failed: {printable(load.failure)}")
+    unexpected = [u for u in load.unexpected if u.looked_up not in explained_keys]
+    lines += _titled(
+        "unexpected names",
+        _unexpected_rows(unexpected[:limit]),  # 200,000 of them: only the shown ones spelled
+        len(load.unexpected),
+        limit,
+        len(load.unexpected) - len(unexpected),
+        listed=len(unexpected),
+    )
+    missing = [m for m in load.missing if m.name not in explained_tensors]
+    lines += _titled(
+        "missing: model tensors never filled",
+        _missing_rows(missing[:limit]),
+        len(load.missing),
+        limit,
+        len(load.missing) - len(missing),
+        listed=len(missing),
+    )
+    lines += _titled("shape mismatches", _mismatch_rows(load), len(load.shape_mismatches), limit)
+    casts = _cast_rows(load, majority)
+    lines += _titled("dtype casts, by (from, to)", casts, len(load.dtype_casts), limit)
+    if load.errors:
+        rows = [f"    {printable(e.name)}: {printable(e.message or '')}" for e in load.errors]
+        lines += _titled("load errors", rows, len(load.errors), limit)
+    lines += _other_keys(load, limit)
+    return lines + [f"  note: {printable(n)}" for n in load.notes]
+
+
+def _model_counts(load: LoadReport) -> str:
+    """Every model tensor counted once: filled, missing, or its key's load raised."""
+    allowed = len(load.missing) - len(load.failing_missing)
+    mismatched, errored = load.failed_tensors()
+    return (
+        f"  model {plural(load.model_tensors, 'tensor')}: {load.filled} filled, "
+        f"{len(load.missing)} missing"
+        + (f" ({allowed} allowed by --allow-missing)" if allowed else "")
+        + (f", {mismatched} mismatched" if mismatched else "")
+        + (f", {plural(errored, 'load error')}" if errored else "")
+    )
+
+
+def _titled(
+    title: str, rows: list[str], total: int, limit: int, fixed: int = 0, listed: int | None = None
+) -> list[str]:
+    """A titled list of the load section, capped at ``limit`` rows; ``fixed`` of the ``total``
+    are explained by the suggested fix (and left out of ``rows``); ``listed``: how many rows
+    there are when ``rows`` holds only the first ``limit`` of them."""
+    head = f"  {title} ({total})" + ("" if total else ": none")
+    if fixed:
+        head += f": {fixed} explained by the suggested fix, above"
+        head += "" if fixed == total else "; the others:"
+    return [head, *capped(rows, len(rows) if listed is None else listed, limit)]
+
+
+def _unexpected_rows(unexpected: list[Unexpected]) -> list[str]:
+    return [
+        f"    {printable(u.name)}"
+        + (f"  {list(u.shape)} {u.dtype}" if u.shape is not None else "")
+        + (f"  (looked up as '{printable(u.looked_up)}')" if u.looked_up != u.name else "")
+        + (f"\n      nearest: {joined_names(u.suggestions)}" if u.suggestions else "")
+        + f"\n      {printable(u.message)}"
+        for u in unexpected
+    ]
+
+
+def _missing_rows(missing: list[Missing]) -> list[str]:
+    return [
+        f"    {printable(m.name)}  {list(m.shape)} {m.dtype}"
+        + (f"  (allowed by --allow-missing {m.allowed!r})" if m.allowed else "")
+        + (
+            f"\n      its key {printable(m.dropped_key)} was dropped by {printable(m.dropped_by)}"
+            if m.dropped_key and m.dropped_by
+            else ""
+        )
+        + (f"\n      renamed? unused key: {joined_names(m.suggestions)}" if m.suggestions else "")
+        for m in missing
+    ]
+
+
+def _mismatch_rows(load: LoadReport) -> list[str]:
+    return [
+        f"    {printable(s.name)} -> {printable(str(s.param))}: "
+        f"{shapes(s.weight_shape, s.param_shape)}"
+        for s in load.shape_mismatches
+    ]
+
+
+def _cast_rows(load: LoadReport, majority: str | None) -> list[str]:
+    rows = []
+    for g in load.cast_groups():
+        n = len(g.keys)
+        verdict = ""
+        if g.incompatible:
+            verdict = "  INCOMPATIBLE"
+        elif load.rules.strict_dtype:
+            verdict = "  fails (--strict-dtype)"
+        notes = []
+        if kind(g.from_dtype) == "int" and kind(g.to_dtype) == "float":
+            notes.append("integers into a float parameter")
+        if majority is not None and g.from_dtype != majority:
+            notes.append(f"unlike the checkpoint's {majority} tensors")
+        note = f"  ({'; '.join(notes)})" if notes else ""
+        shown = joined_names(g.keys[:3]) + (f", ... ({n} in all)" if n > 3 else "")
+        rows.append(
+            f"    {plural(n, 'tensor')} {g.from_dtype} -> {g.to_dtype}{verdict}{note}"
+            f"\n      {shown}"
+        )
+    return rows
+
+
+def _other_keys(load: LoadReport, limit: int) -> list[str]:
+    """Keys disposed of by a rule are many and alike (a rotary buffer per layer): one row per
+    status and rule, with a count and the first keys."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for k in load.keys:
+        if k.status in (Status.LOADED, Status.UNEXPECTED, Status.SHAPE_MISMATCH, Status.LOAD_ERROR):
+            continue
+        reason = k.rule or (f"-> {k.target}" if k.target else "") or k.message or ""
+        groups.setdefault((k.status, reason), []).append(k.name)
+    if not groups:
+        return []
+    total = sum(len(v) for v in groups.values())
+    rows = []
+    for (status, reason), names in groups.items():
+        shown = joined_names(names[:2]) + (f", ... ({len(names)} in all)" if len(names) > 2 else "")
+        # at the 4 columns every section's rows start at; the keys under it as a row's details
+        rows.append(f"    {len(names)} {status}: {printable(reason)}\n      {shown}")
+    return _titled("other keys, not loaded", rows, total, limit)

@@ -1,4 +1,4 @@
-"""The checkpoint section of an inspect report, torch-free.
+"""The checkpoint section of an inspect report: its record, its JSON and its text; torch-free.
 
 Built by ``loadkit_inspect.inspector`` from the safetensors headers alone; the mapper's trace
 is in ``loadkit_inspect.mapper_trace``, the model sections (filled in by the dry load) in
@@ -14,6 +14,9 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.checkpoint.shards import INDEX_NAME
+from loadkit.errors import printable
+from loadkit.fmt import format_bytes, plural, table
+from loadkit_inspect.report.text import capped, joined_names
 
 if TYPE_CHECKING:
     from loadkit.checkpoint import IndexProblem
@@ -85,6 +88,118 @@ class CheckpointSummary(NamedTuple):
             "problems": [p.as_dict() for p in self.problems],
             "source": self.source.as_dict() if self.source else None,
         }
+
+    def render(self, limit: int) -> list[str]:
+        """The checkpoint section's text: every file with the tensors its header holds, which
+        files each loader reads, the dtypes, and the index problems, each list capped at
+        ``limit`` rows."""
+        n = len(self.tensors)
+        held = [s for s in self.files if s.tensors is not None]
+        total, size = sum(s.tensors or 0 for s in held), sum(s.nbytes for s in held)
+        lines = [
+            f"checkpoint  {printable(self.path)}",
+            *(self.source.render() if self.source is not None else []),
+            f"  {plural(len(self.files), 'file')}, {plural(total, 'tensor')}, {format_bytes(size)}",
+        ]
+        if (total, size) != (n, self.total_bytes):  # a key in two files, a file no loader reads
+            lines.append(
+                f"  vllm reads {plural(n, 'tensor')} ({format_bytes(self.total_bytes)}) of them: "
+                "the files it reads, one copy of each key (the layout below)"
+            )
+        lines.append(
+            "  dtypes  "
+            + ", ".join(
+                f"{d} {plural(k, 'tensor')} ({format_bytes(b)})"
+                for d, (k, b) in self.dtypes.items()
+            )
+        )
+        path = self.path
+        if len(self.files) > 1 or os.path.isdir(path) or path.endswith(".json"):  # a remote index
+            lines += _file_rows(self, limit)
+        lines += _reads(self)
+        if self.problems:
+            lines += _index_problems(self, limit)
+        return lines
+
+
+def _file_rows(c: CheckpointSummary, limit: int) -> list[str]:
+    """Every file with the tensors its header holds, and (where the loaders part ways) the
+    loaders that read it."""
+    split = len({s.read_by for s in c.files}) > 1 or any(not s.read_by for s in c.files)
+    split = split and bool(c.loader_files)
+    rows = []
+    for s in c.files:
+        count = (
+            "cannot be read"
+            if s.tensors is None
+            else f"{s.tensors:>6} {'tensor' if s.tensors == 1 else 'tensors'}"
+        )
+        row = [printable(os.path.basename(s.file)), count, format_bytes(s.nbytes)]
+        if split:
+            row.append(", ".join(s.read_by) if s.read_by else "read by no loader")
+        rows.append(tuple(row))
+    align = "llr" + ("l" if split else "")
+    shown = table(rows, align=align, indent="    ", min_widths=(0, 0, 10, 0)[: len(align)])
+    head = "  files" + ("  (with the loaders that read each)" if split else "")
+    return [head, *capped(shown.splitlines(), len(rows), limit)]
+
+
+def _reads(c: CheckpointSummary) -> list[str]:
+    """Which files each loader reads, chosen as it chooses them, or what it raises instead."""
+    choices = c.loader_files
+    if not choices or not any(x.how or x.raises for x in choices.values()):
+        return []  # one file: what both read
+    said = {}
+    readable = len([s for s in c.files if s.tensors is not None])
+    for loader, x in choices.items():
+        if x.raises is not None:
+            said[loader] = f"no file: it raises {x.raises.text()}"
+            continue
+        files = ", ".join(printable(f) for f in x.files[:3])
+        files += f" and {len(x.files) - 3} more" if len(x.files) > 3 else ""
+        if len(x.files) > 1 and len(x.files) == readable == len(c.files):
+            files = "both files" if len(x.files) == 2 else f"all {len(x.files)} files"
+        said[loader] = files + (f" ({x.how})" if x.how else "")
+    if len(set(said.values())) == 1:
+        return [f"  read by {' and '.join(said)}: {next(iter(said.values()))}"]
+    return [f"  {loader} reads {what}" for loader, what in said.items()]
+
+
+_SEVERITY = {"fails": 0, "inconsistent": 1, "note": 2}
+
+
+def _index_problems(c: CheckpointSummary, limit: int) -> list[str]:
+    """Index problems grouped by kind, shard and what they say (one missing shard of 52 keys is
+    one row), those that stop the load first, at most ``limit`` rows."""
+    failing, inconsistent = len(c.failing), len(c.inconsistent)
+    notes = len(c.problems) - failing - inconsistent
+    # a folder without an index has problems of its files (a key in two, one unreadable)
+    head = f"  {'index' if c.index else 'file'} problems ({failing + inconsistent})"
+    if failing:
+        head += f": {failing} stop the load (a loader raises)"
+        head += f", {inconsistent} inconsistent (these alone would not)" if inconsistent else ""
+    elif inconsistent:
+        head += f": loads; {'the index is' if c.index else 'the files are'} inconsistent"
+    else:
+        head += ": none"
+    lines = [head + (f"; {plural(notes, 'note')}" if notes else "")]
+    groups: dict[tuple[int, str, str, tuple[str, ...]], list[str | None]] = {}
+    for p in c.problems:
+        key = (_SEVERITY.get(p.severity, 1), p.kind, p.message, p.found_in)
+        groups.setdefault(key, []).append(p.key)
+    rows = []
+    for (_, what_kind, message, _), keys in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        named = [k for k in keys if k is not None]
+        if len(keys) == 1:
+            what = f"'{printable(named[0])}': " if named else ""
+            rows.append(f"    {what_kind}: {what}{printable(message)}")
+            continue
+        shown = joined_names(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
+        rows.append(
+            f"    {what_kind}, {plural(len(keys), 'key')}, each: {printable(message)}"
+            f"\n      {shown}"
+        )
+    return lines + capped(rows, len(rows), limit)
 
 
 def summarize_checkpoint(

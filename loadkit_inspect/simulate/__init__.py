@@ -17,6 +17,10 @@ stops at the first problem, this one collects them all.
 
 from __future__ import annotations
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from collections.abc import Sequence
 from typing import NamedTuple
 

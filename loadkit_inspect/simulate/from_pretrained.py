@@ -39,13 +39,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from loadkit.checkpoint.reader import TensorInfo
-from loadkit.errors import ModelSpecError
+from loadkit.errors import ModelSpecError, printable
 from loadkit.loading.meta import meta_tensor
+from loadkit_inspect.report.text import capped, shapes
 from loadkit_inspect.sources.files import FileChoice, Raised
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
+    from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.options import LoadRules
 
 TRANSFORMERS = "transformers"
@@ -194,6 +196,74 @@ class FromPretrained(NamedTuple):
             "files": self.files.as_dict() if self.files else None,
         }
 
+    def render(self, limit: int, verdict: LoaderVerdict | None = None) -> list[str]:
+        """The ``transformers`` loader's section: what ``from_pretrained`` would do, in its own
+        terms (``verdict``: its verdict, ``--strict-index`` included, when the report has one),
+        the files it reads, and its load report's lists, each capped at ``limit`` rows."""
+        said = verdict.phrase() if verdict is not None else f"outcome: {self.outcome}"
+        lines = [
+            f"transformers  {self.cls}.from_pretrained, simulated on the meta device",
+            f"  {printable(said)}",
+            *self._file_lines(),
+        ]
+        error = self.error
+        if error is not None:
+            lines.append(f"  raises {printable(error.error)}: {printable(error.message)}")
+        if self.raised is not None:
+            lines.append(
+                "  (before it loads a tensor; the lists below are what it would report once it "
+                "reads the folder's readable weights)"
+            )
+        return lines + self._list_lines(limit)
+
+    def _file_lines(self) -> list[str]:
+        """The files it reads, and the folder's weight files it never opens."""
+        files = self.files
+        if files is None:
+            return []
+        how = f" ({files.how})" if files.how and files.files else ""
+        lines = [f"  reads {_some(files.files) if files.files else 'no file'}{how}"]
+        if files.unread:
+            lines.append(f"  never reads {_some(files.unread)}")
+        return lines
+
+    def _list_lines(self, limit: int) -> list[str]:
+        lines = []
+        if self.renamed:
+            rows = [f"    {printable(k)} -> {printable(v)}" for k, v in self.renamed.items()]
+            lines.append(f"  keys transformers renames ({len(rows)})")
+            lines += capped(rows, len(rows), limit)
+        for title, names in (
+            ("UNEXPECTED: checkpoint keys it leaves unused", list(self.unexpected)),
+            ("MISSING: model tensors newly initialised at random", list(self.missing)),
+        ):
+            lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
+            lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
+        for title, names in (
+            ("missing, allowed by --allow-missing (still at random)", list(self.allowed)),
+            ("unexpected, taken by the skip and ignore rules", list(self.ignored)),
+        ):
+            if names:
+                lines.append(f"  {title} ({len(names)})")
+                lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
+        raises = "" if self.ignore_mismatched_sizes else ": from_pretrained raises"
+        lines.append(
+            f"  MISMATCH: shapes that differ ({len(self.mismatched)})"
+            + ((raises if self.mismatched else "") or ("" if self.mismatched else ": none"))
+        )
+        rows = [
+            f"    {printable(m.name)}  {shapes(m.checkpoint_shape, m.model_shape)}"
+            for m in self.mismatched
+        ]
+        lines += capped(rows, len(rows), limit)
+        return lines + [f"  error: {printable(e)}" for e in self.errors]
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """The first ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(printable(n) for n in names[:shown]) + more
+
 
 def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreTrainedModel]:
     """The class ``from_pretrained`` is called on: ``cls``, else ``config.architectures[0]``,
@@ -204,8 +274,8 @@ def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreT
     'BertForMaskedLM'
     >>> loading_class(BertConfig()).__name__
     'BertModel'
-    >>> from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).errors
-    ("transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])",)
+    >>> print(from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).raised.text())
+    AttributeError: transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])
     """
     import transformers
 

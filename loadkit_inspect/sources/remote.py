@@ -29,22 +29,24 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.header import LFS_POINTER_MAX, MAX_HEADER_BYTES, oversized_length
-from loadkit.checkpoint.merge import read_layout
-from loadkit.checkpoint.reader import Checkpoint, TensorInfo, check_header_start, decode_header
-from loadkit.checkpoint.shards import (
+from loadkit.checkpoint import (
     INDEX_NAME,
     MAX_INDEX_BYTES,
+    Checkpoint,
     Layout,
+    TensorInfo,
     index_entries,
     parse_index,
+    read_header_ranges,
+    read_layout,
 )
-from loadkit.errors import CheckpointError, HeaderError, TruncatedCheckpointError
+from loadkit.errors import CheckpointError, TruncatedCheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from http.client import HTTPResponse
 
     import torch
@@ -295,27 +297,20 @@ def _network_problem(reason: object, timeout: float) -> str:
 
 
 def _read_header(client: _Client, url: str) -> tuple[dict[str, TensorInfo], str | None]:
-    head, size = client.get_range(url, 0, 8)
-    client.fetched.size += size
-    if len(head) < 8:
-        raise TruncatedCheckpointError(
-            url, f"file is {size} bytes, too short for the 8-byte header length"
-        )
-    n = int.from_bytes(head, "little")
-    if n > MAX_HEADER_BYTES:  # a small file starting so may be a Git LFS pointer: read it
-        if size <= LFS_POINTER_MAX and head == b"version ":
-            head, _ = client.get_range(url, 0, size)
-        raise HeaderError(url, oversized_length(bytes(head), n, size))
-    if n > size - 8:
-        raise TruncatedCheckpointError(
-            url, f"header claims {n} bytes but only {size - 8} follow the length field"
-        )
-    if n == 0:
-        raw = bytearray()
-    else:
-        # the start first: a header that is not an object is refused before 100 MB arrive
-        raw, _ = client.get_range(url, 8, n, lambda start: check_header_start(url, start))
-    return decode_header(url, raw, size - 8 - n)
+    """A shard's header by Range requests: its length, then the header (checked as a local
+    one is); the file's size, as the server reports it, counted in ``fetched``."""
+    sizes: list[int] = []
+
+    def read_range(
+        start: int, length: int, check_start: Callable[[bytearray], None] | None
+    ) -> tuple[bytearray, int]:
+        body, size = client.get_range(url, start, length, check_start)
+        if not sizes:
+            sizes.append(size)
+            client.fetched.size += size
+        return body, size
+
+    return read_header_ranges(url, read_range)
 
 
 def _index_layout(client: _Client, url: str) -> Layout:

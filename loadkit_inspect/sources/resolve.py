@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from loadkit.checkpoint import IndexProblem
 from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
-from loadkit.errors import CheckpointError
+from loadkit.errors import CheckpointError, printable
+from loadkit.fmt import format_bytes
 from loadkit_inspect.sources.index import open_lenient
 
 if TYPE_CHECKING:
@@ -55,6 +56,37 @@ class Source(NamedTuple):
             "hub": self.snapshot.as_dict() if self.snapshot else None,
             "fetched": self.fetched.as_dict() if self.fetched else None,
         }
+
+    def render(self) -> list[str]:
+        """The report's lines saying what a repo id resolved to, or what reading a URL's headers
+        cost (none for a path)."""
+        if self.kind == "path":
+            return []
+        if self.snapshot is not None:
+            return _snapshot_lines(self.snapshot)
+        f = self.fetched
+        assert f is not None
+        share = f" ({100 * f.bytes / f.size:.3g}%)" if f.size else ""
+        return [
+            f"  header-only over HTTP: {f.requests} requests, {f.bytes} bytes fetched "
+            f"({format_bytes(f.bytes)}) of {format_bytes(f.size)}{share}"
+        ]
+
+
+def _snapshot_lines(s: Snapshot) -> list[str]:
+    lines = [f"  from the Hugging Face cache: {printable(s.repo_id)}, commit {printable(s.commit)}"]
+    if s.revision != s.commit:  # a branch, a tag or a short hash: which commit it named
+        lines = [
+            f"  from the Hugging Face cache: {printable(s.repo_id)}, "
+            f"revision {printable(s.revision)}",
+            f"    commit {printable(s.commit)}",
+        ]
+    if s.note:
+        lines.append(f"    ({printable(s.note)})")
+    if s.lacks:
+        lacks = ", ".join(printable(n) for n in s.lacks)
+        lines.append(f"    the snapshot lacks {lacks} (an incomplete download)")
+    return lines
 
 
 def _open_path(

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.fmt import WIDTH, format_bytes, table, wrap
+from loadkit_inspect.inspect_report import InspectReport
 from loadkit_inspect.models.registry import BUILTIN, FROM_CONFIG
-from loadkit_inspect.report.report import InspectReport
 from loadkit_notebooks.fates import (
     BRANCH,
     FATE_COLOURS,
@@ -276,9 +276,16 @@ def _verdict(report: InspectReport) -> str:
         return {"warns": "loads with warnings", "raises": "raises"}.get(outcome, "would NOT load")
 
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
-        each = ", ".join(f"{n}: {said(v.clean, v.outcome)}" for n, v in report.loaders.items())
+        each = ", ".join(f"{v.label}: {said(v.clean, v.outcome)}" for v in report.loaders.values())
         return f"{report.model.cls}, {each} (colours: the vllm load)"
-    return f"{said(bool(report.clean))} into {report.model.cls}"
+    return f"{_label(report)}{said(bool(report.clean))} into {report.model.cls}"
+
+
+def _label(report: InspectReport) -> str:
+    """The one selected loader and the version it answers for: ``vllm 0.34.0: ``."""
+    if report.loaders and len(report.selected_loaders) == 1:
+        return f"{report.loaders[report.selected_loaders[0]].label}: "
+    return ""
 
 
 def treemap_figure(report: InspectReport) -> Any:
@@ -457,7 +464,8 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
             for g in load.cast_groups()
         ],
     )
-    verdict = "loads cleanly" if report.clean else "would NOT load: " + "; ".join(report.problems())
+    said = "loads cleanly" if report.clean else "would NOT load: " + "; ".join(report.problems())
+    verdict = _label(report) + said
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
         from loadkit_inspect.loaders import headline
 

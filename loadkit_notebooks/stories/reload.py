@@ -29,6 +29,13 @@ ORDER_LABELS = {
 }
 
 LOADED, DROPPED, NAN, KEPT = "loaded", "dropped → NaN", "NaN (not loaded)", "kept (not in update)"
+# What a dropped parameter reads, per fill (loadkit.reload.layer.Fill).
+FILL_WORDS = {"nan": "NaN", "zero": "zeros", "stale": "stale memory"}
+FILL_LABELS = {
+    "stale": "stale memory (torch.empty: vLLM 0.33.0 and earlier, a fixed pattern here)",
+    "nan": "NaN (loadkit's visible marker)",
+    "zero": "zeros (vLLM 0.34.0)",
+}
 STATUSES = (LOADED, DROPPED, NAN, KEPT)
 
 
@@ -49,10 +56,14 @@ class ReloadRun:
     logits_nan: int  # NaN logits out of logits_total
     logits_total: int
     nan_per_token: list[int]  # NaN logits at each prompt position (of vocab_size)
+    differ_per_token: list[int]  # logits not equal to the fresh load's, at each position
     max_error: float  # largest |logit - fresh load's logit| where not NaN
     partly_loaded: list[str]
     ledger_never_loaded: int  # what AutoWeightsLoader's ledger saw: drops happen below it
     warnings: list[str] = field(default_factory=list)
+    fill: str = "nan"  # what the reload filled materialised tensors with
+    logits_differ: int = 0  # logits not equal to the fresh load's (NaN counts as differing)
+    dropped_values: dict[str, list[float]] = field(default_factory=dict)  # what a drop reads
 
     @classmethod
     def of(
@@ -62,6 +73,7 @@ class ReloadRun:
         *,
         behaviour: str,
         order: str,
+        fill: str = "nan",
         logits: torch.Tensor,
         reference: torch.Tensor,
         storage: Mapping[str, int],
@@ -73,10 +85,11 @@ class ReloadRun:
         ``data_ptr()`` before the reload."""
         dropped = {f"{s.layer}.{s.parameter}" for s in steps if s.dropped}
         counted = {f"{s.layer}.{s.parameter}" for s in steps if not s.dropped and s.parameter}
-        status = {}
+        status, dropped_values = {}, {}
         for name, p in model.named_parameters():
             if name in dropped:
                 status[_short(name)] = DROPPED
+                dropped_values[_short(name)] = [float(v) for v in p.detach().flatten()]
             elif bool(torch.isnan(p).any()):
                 status[_short(name)] = NAN
             else:
@@ -94,12 +107,16 @@ class ReloadRun:
             logits_nan=int((~finite).sum()),
             logits_total=logits.numel(),
             nan_per_token=[int(n) for n in (~finite).sum(-1)],
+            differ_per_token=[int(n) for n in (~(logits == reference)).sum(-1)],
             max_error=(
                 float((logits[finite] - reference[finite]).abs().max()) if finite.any() else 0.0
             ),
             partly_loaded=[_short(n) for n in partly_loaded],
             ledger_never_loaded=len(ledger.never_loaded) if ledger is not None else -1,
             warnings=[f"{w.category.__name__}: {w.message}" for w in caught],
+            fill=fill,
+            logits_differ=int((~(logits == reference)).sum()),
+            dropped_values=dropped_values,
         )
 
     def layer_names(self, pick: str = MIXERS) -> list[str]:
@@ -199,8 +216,13 @@ def grid_text(run: ReloadRun) -> str:
     """The status grid as text: only the cells that are not plainly loaded."""
     rows, cols, _, labels = status_grid(run)
     lines = [f"[{run.behaviour}, {run.order}] parameters not loaded as sent:"]
+    dropped = f"dropped → {FILL_WORDS[run.fill]}"
     for r, row in zip(rows, labels, strict=True):
-        bad = [f"{c}: {s}" for c, s in zip(cols, row, strict=True) if s and s != LOADED]
+        bad = [
+            f"{c}: {dropped if s == DROPPED else s}"
+            for c, s in zip(cols, row, strict=True)
+            if s and s != LOADED
+        ]
         if bad:
             lines.append(f"  {r}: " + "; ".join(bad))
     if len(lines) == 1:
@@ -318,12 +340,21 @@ def counter_figure(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> Any:
     """Per layer, old and new side by side: each call's share of the layer total, stacked in
     arrival order. 100% finalises the layer; a call after that is dropped (hatched, annotated).
     """
-    import plotly.graph_objects as go
+    segments = shares(old, pick, new) + shares(new, pick, new)
+    fig = _counter_base(new.order, pick)
+    kept = [s for s in segments if not s.dropped]
+    for label in dict.fromkeys(s.label for s in kept):
+        fig.add_trace(_share_bar(label, [s for s in kept if s.label == label]))
+    dropped = [s for s in segments if s.dropped]
+    if dropped:
+        fig.add_trace(_dropped_bar(dropped, new.fill))
+    return fig
 
+
+def _counter_base(order: str, pick: str) -> Any:
+    """The counter view's empty figure: axes in % of the layer total, the total's line."""
     from loadkit_notebooks.viz import base_figure
 
-    order = new.order
-    segments = shares(old, pick, new) + shares(new, pick, new)
     fig = base_figure(
         f"Each call's share of its layer, old and new [{ORDER_LABELS[order]}; {pick}]",
         height=440,
@@ -339,45 +370,50 @@ def counter_figure(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> Any:
     fig.update_yaxes(
         tickvals=ticks, ticktext=[f"{t}%" if t != 100 else "total 100%" for t in ticks]
     )
-    for label in dict.fromkeys(s.label for s in segments if not s.dropped):
-        part = [s for s in segments if s.label == label and not s.dropped]
-        fig.add_trace(
-            go.Bar(
-                name=label,
-                x=[[s.layer for s in part], [s.behaviour for s in part]],
-                y=[s.size for s in part],
-                base=[s.base for s in part],
-                marker={"color": _colour(part[0]), "line": {"color": "white", "width": 1}},
-                customdata=[[s.counted] for s in part],
-                text=[f"{label} +{s.counted}" for s in part],
-                textposition="inside",
-                insidetextanchor="middle",
-                hovertemplate="%{x}<br>" + label + ": +%{customdata[0]} elements"
-                " (%{y:.0f}% of the layer)<extra></extra>",
-            )
-        )
-    dropped = [s for s in segments if s.dropped]
-    if dropped:
-        fig.add_trace(
-            go.Bar(
-                name="dropped → NaN",
-                x=[[s.layer for s in dropped], [s.behaviour for s in dropped]],
-                y=[s.size for s in dropped],
-                base=[s.base for s in dropped],
-                marker={
-                    "color": "rgba(209, 73, 91, 0.15)",
-                    "line": {"color": "#d1495b", "width": 2},
-                    "pattern": {"shape": "/", "fgcolor": "#d1495b"},
-                },
-                text=[f"{s.parameter} dropped → NaN" for s in dropped],
-                textposition="outside",
-                textfont={"color": "#d1495b", "size": 13},
-                constraintext="none",
-                cliponaxis=False,
-                hovertemplate="%{x}<br>%{text}<extra></extra>",
-            )
-        )
     return fig
+
+
+def _share_bar(label: str, part: list[Share]) -> Any:
+    """The segments of one legend entry (a parameter, or one call into a packed one)."""
+    import plotly.graph_objects as go
+
+    return go.Bar(
+        name=label,
+        x=[[s.layer for s in part], [s.behaviour for s in part]],
+        y=[s.size for s in part],
+        base=[s.base for s in part],
+        marker={"color": _colour(part[0]), "line": {"color": "white", "width": 1}},
+        customdata=[[s.counted] for s in part],
+        text=[f"{label} +{s.counted}" for s in part],
+        textposition="inside",
+        insidetextanchor="middle",
+        hovertemplate="%{x}<br>" + label + ": +%{customdata[0]} elements"
+        " (%{y:.0f}% of the layer)<extra></extra>",
+    )
+
+
+def _dropped_bar(dropped: list[Share], fill: str) -> Any:
+    """The calls dropped after their layer was finalised: hatched, what they would have added."""
+    import plotly.graph_objects as go
+
+    word = FILL_WORDS[fill]
+    return go.Bar(
+        name=f"dropped → {word}",
+        x=[[s.layer for s in dropped], [s.behaviour for s in dropped]],
+        y=[s.size for s in dropped],
+        base=[s.base for s in dropped],
+        marker={
+            "color": "rgba(209, 73, 91, 0.15)",
+            "line": {"color": "#d1495b", "width": 2},
+            "pattern": {"shape": "/", "fgcolor": "#d1495b"},
+        },
+        text=[f"{s.parameter} dropped → {word}" for s in dropped],
+        textposition="outside",
+        textfont={"color": "#d1495b", "size": 13},
+        constraintext="none",
+        cliponaxis=False,
+        hovertemplate="%{x}<br>%{text}<extra></extra>",
+    )
 
 
 def counter_text(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> str:
@@ -393,6 +429,66 @@ def counter_text(old: ReloadRun, new: ReloadRun, pick: str = MIXERS) -> str:
             drops = "".join(f"; {s.parameter} dropped → NaN" for s in own if s.dropped)
             lines.append(f"{layer:<24} {b}: {parts} = {total:.0f}%{drops}")
     return "\n".join(lines)
+
+
+# --- what a dropped parameter reads: one run per fill ---------------------------------------------
+
+
+def fill_text(runs: Mapping[str, ReloadRun]) -> str:
+    """One line per fill: what the first dropped parameter reads, and the logits against a
+    fresh load (``runs``: fill -> a run of the same behaviour and order)."""
+    lines = []
+    for fill, run in runs.items():
+        name, values = next(iter(run.dropped_values.items()), ("-", []))
+        shown = ", ".join("nan" if v != v else f"{v:g}" for v in values)
+        logits = (
+            f"{run.logits_nan}/{run.logits_total} logits NaN"
+            if run.logits_nan
+            else f"logits finite, {run.logits_differ}/{run.logits_total} differ from a fresh load"
+        )
+        lines.append(f"[{run.behaviour}, fill {fill}] {name} = [{shown}]")
+        lines.append(f"    {logits}")
+    return "\n".join(lines)
+
+
+def fill_figure(runs: Mapping[str, ReloadRun]) -> Any:
+    """Per prompt position, how many logits differ from a fresh load, one bar per fill; the
+    part that is NaN is drawn hatched. Every fill breaks every logit: only NaN shows it."""
+    import plotly.graph_objects as go
+
+    from loadkit_notebooks.viz import base_figure
+
+    first = next(iter(runs.values()))
+    positions = list(range(len(first.nan_per_token)))
+    vocab = first.logits_total // max(len(positions), 1)
+    fig = base_figure(
+        f"Logits unlike a fresh load's, per position, by fill [{first.behaviour}, {first.order}]",
+        height=340,
+        barmode="group",
+        xaxis_title="prompt position",
+        yaxis={"title": f"logits (of {vocab})", "range": [0, vocab * 1.05]},
+        legend_title_text="fill",
+    )
+    for fill, run in runs.items():
+        nan = run.nan_per_token
+        differ = run.differ_per_token
+        fig.add_trace(
+            go.Bar(
+                name=FILL_LABELS.get(fill, fill),
+                x=positions,
+                y=differ,
+                marker={
+                    "color": FILL_COLOURS.get(fill, "#adb5bd"),
+                    "pattern": {"shape": "/" if any(nan) else ""},
+                },
+                customdata=[[n] for n in nan],
+                hovertemplate="position %{x}: %{y} differ (%{customdata[0]} NaN)<extra></extra>",
+            )
+        )
+    return fig
+
+
+FILL_COLOURS = {"stale": "#8d99ae", "nan": "#d1495b", "zero": "#edae49"}
 
 
 # --- the behaviour's consequences: every parameter's fate, the logits ----------------------------

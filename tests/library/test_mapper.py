@@ -237,3 +237,74 @@ def test_renaming_with_transformers_weight_renaming_and_rules_listing():
     assert rules[0] == ("renaming", "LayerNorm.gamma -> LayerNorm.weight", "LayerNorm.weight")
     assert [r[0] for r in rules] == ["renaming"] * len(legacy) + ["prefix"]
     assert rules[-1] == ("prefix", "bert.", "model.")
+
+
+# --- vLLM 0.31-0.34: ShardIds, weights_transforms, get_rename_mapper ---------------------------
+
+
+def test_a_list_of_shard_ids_loads_one_tensor_into_each_shard():
+    m = WeightsMapper(orig_to_new_stacked={"kv_proj": ("qkv_proj", ["k", "v"])})
+    assert m.map_name_with_shard("a.kv_proj.weight") == ("a.qkv_proj.weight", ["k", "v"])
+    w = torch.arange(4.0)
+    out = list(m.apply([("a.kv_proj.weight", w)]))
+    # one yield per shard, each its own tensor object with its own id, one storage for all
+    assert [(n, t.shard_id) for n, t in out] == [
+        ("a.qkv_proj.weight", "k"),
+        ("a.qkv_proj.weight", "v"),
+    ]
+    assert out[0][1] is w and out[1][1] is not w
+    assert out[1][1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    with pytest.raises(MapperConfigError, match="orig_to_new_stacked"):
+        WeightsMapper(orig_to_new_stacked={"kv_proj": ("qkv_proj", [])})
+
+
+def test_weights_transforms_run_in_order_before_any_mapping_and_merge():
+    seen: list[str] = []
+
+    def split(weights):  # a fused checkpoint tensor -> its two halves, by raw name
+        for name, w in weights:
+            seen.append(name)
+            if name == "fused.weight":
+                yield "a.weight", w[:1]
+                yield "b.weight", w[1:]
+            else:
+                yield name, w
+
+    def negate(weights):
+        return ((n, -w) for n, w in weights)
+
+    m = WeightsMapper(orig_to_new_prefix={"a.": "x.a."}, weights_transforms=[split])
+    merged = m | WeightsMapper(weights_transforms=[negate])
+    assert list(merged.weights_transforms) == [split, negate]
+    out = [(n, w.tolist()) for n, w in merged.apply([("fused.weight", torch.tensor([1.0, 2.0]))])]
+    assert out == [("x.a.weight", [-1.0]), ("b.weight", [-2.0])]
+    assert seen == ["fused.weight"]  # the raw name: no rule ran before the transform
+    # names alone never see a transform: map_name has no tensor to hand it
+    assert merged.map_name("fused.weight") == "fused.weight"
+    assert not WeightsMapper(weights_transforms=[negate]).is_empty()
+    with pytest.raises(MapperConfigError, match="weights_transforms"):
+        WeightsMapper(weights_transforms=["not callable"])  # type: ignore[list-item]
+
+
+def test_the_rename_mapper_keeps_only_renames():
+    m = WeightsMapper(
+        orig_to_new_regex={r"^mtp\.": None, r"layers\.(\d+)": r"h.\1"},
+        orig_to_new_substr={"gamma": "weight", "inv_freq": None},
+        orig_to_new_stacked={"q_proj": ("qkv_proj", "q")},
+        orig_to_new_prefix={"model.": ""},
+        orig_to_new_suffix={".bias": None},
+        weights_transforms=[lambda w: w],
+    )
+    r = m.get_rename_mapper()
+    assert r.map_name("model.layers.0.q_proj.gamma") == "h.0.q_proj.weight"
+    assert r.map_name("mtp.x.bias") == "mtp.x.bias"  # nothing drops
+    assert m.map_name("mtp.x") is None and m.map_name("a.bias") is None
+    assert not r.orig_to_new_stacked and not r.weights_transforms
+    assert r.behaviour == m.behaviour
+
+
+def test_from_json_takes_a_list_of_shard_ids():
+    m = WeightsMapper.from_json({"orig_to_new_stacked": {"kv_proj": ["qkv_proj", ["k", "v"]]}})
+    assert m.map_name_with_shard("kv_proj.w") == ("qkv_proj.w", ["k", "v"])
+    with pytest.raises(MapperConfigError, match="a shard id is an int or a str"):
+        WeightsMapper.from_json({"orig_to_new_stacked": {"kv": ["qkv", ["k", 1.5]]}})

@@ -93,7 +93,7 @@ def test_behaviour_is_checked_and_keyword_only():
     with pytest.raises(LoadkitError, match="behaviour must be 'old' or 'new'"):
         WeightsMapper(behaviour="newest")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        WeightsMapper([], {}, {}, {}, {}, {}, "new")  # type: ignore[misc]
+        WeightsMapper([], {}, {}, {}, {}, {}, [], "new")  # type: ignore[misc]
 
 
 OTHER_STAGES = {

@@ -3,12 +3,14 @@ built-in models on data/ checkpoints."""
 
 import json
 import os
+from importlib.metadata import version
 
 import pytest
 from notebook_code import notebook_namespace
 
 from loadkit import open_checkpoint
 from loadkit.errors import CheckpointError
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.models import registry
 from loadkit_inspect.models.registry import BUILTIN, ModelSpecError, build_model
@@ -82,7 +84,7 @@ def test_treemap_tables_and_probe(in_notebooks):
     probe = debug.probe_table(report)
     assert "old    no hit" in probe and "100%" in probe
     assert "#0 model.language_model.embed_tokens.weight" in probe
-    assert "verdict: loads cleanly (exit 0)" in debug.mismatch_tables(report)
+    assert f"verdict: vllm {VLLM_VERSION}: loads cleanly (exit 0)" in debug.mismatch_tables(report)
     header_only = nb04("inspect")(path, debug.HEADER_ONLY)
     assert debug.probe_table(header_only) == "pooling probe: needs a model"
     assert set(debug.key_fates(header_only).values()) == {"header only"}
@@ -263,20 +265,19 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert panel.error is None and panel.report.model.cls == "TransformersForCausalLM"
     assert "model.h.0.attn.c_attn.bias" in panel.summary()  # vLLM's pitfall on GPT-2
     # the picture names each loader's verdict, and whose load its colours show
-    verdict = "transformers: loads cleanly, vllm: would NOT load (colours: the vllm load)"
+    tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
+    verdict = f"{tf}: loads cleanly, {vllm}: would NOT load (colours: the vllm load)"
     assert verdict in panel.figure.layout.annotations[0].text
     assert debug.key_fates(panel.report)["transformer.h.0.attn.c_attn.bias"] == "dropped by mapper"
     mapper = debug.report_sections(panel.report, "mapper", verdict=False)
     assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
     assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper
     both = debug.report_sections(panel.report, "model", "mapper")
-    verdict = (
-        "verdict:\n  transformers 5.24.0: would load cleanly\n  vllm: would NOT load (2 missing: "
-    )
+    verdict = f"verdict:\n  {tf}: would load cleanly\n  {vllm}: would NOT load (2 missing: "
     assert both.index("model  hf:") < both.index("mapper  (") < both.index(verdict)
     summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())  # folded at 100
     assert summary == (
-        "transformers 5.24.0: would load cleanly | vllm: would NOT load (2 missing: "
+        f"{tf}: would load cleanly | {vllm}: would NOT load (2 missing: "
         "model.h.0.attn.c_attn.bias, model.h.1.attn.c_attn.bias) (exit 1)"
     )
     panel.model.value = "hf-nonsense"

@@ -126,3 +126,25 @@ def test_explorer_widgets_drive_the_charts_and_return_to_main_records():
     assert "layers.2.mixer.qkv_proj" in ex.state()
     ex.order.value, ex.picker.value = "d-last", story.MIXERS
     assert ex.state() == start
+
+
+@functools.cache
+def run_fill(behaviour, fill):
+    return notebook_namespace("03_layerwise_reload.ipynb")["reload"](behaviour, "d-last", fill)
+
+
+def test_each_fill_shows_in_what_the_dropped_d_reads():
+    stale, zero = run_fill("old", "stale"), run_fill("old", "zero")
+    nan = run_reload("old")
+    assert zero.dropped_values[f"{MIXERS[0]}.D"] == [0.0] * 4  # vLLM 0.34.0: zeros, silently
+    assert stale.dropped_values[f"{MIXERS[0]}.D"] == [-1.75, -1.25, -0.75, -0.25]
+    for run in (stale, zero):
+        assert run.logits_nan == 0 and run.logits_differ == run.logits_total  # finite, all wrong
+    assert nan.logits_nan == nan.logits_total
+    assert run_fill("new", "zero").logits_differ == 0  # the fix needs no fill
+    text = story.fill_text({"stale": stale, "nan": nan, "zero": zero})
+    assert "fill zero] layers.0.mixer.D = [0, 0, 0, 0]" in text
+    assert "512/512 logits NaN" in text and text.count("512/512 differ") == 2
+    fig = story.fill_figure({"stale": stale, "nan": nan, "zero": zero})
+    assert [list(t.y) for t in fig.data] == [[64] * 8] * 3
+    assert story.grid_text(zero).splitlines()[1] == "  layers.0: mixer.D: dropped → zeros"

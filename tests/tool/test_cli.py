@@ -9,6 +9,7 @@ import textwrap
 import pytest
 from repo_paths import REPO
 
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.cli.arguments import parse_inspect
 from loadkit_inspect.cli.main import main
 from loadkit_inspect.models.registry import BUILTIN
@@ -126,7 +127,7 @@ def test_a_real_upstream_layout_with_a_renamed_and_a_missing_key(
     good = write_safetensors(qwen / "good.safetensors", layout)
     res = loadkit_cli("inspect", good, "--model", "my_qwen:build", cwd=qwen)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "verdict: would load cleanly (exit 0)" in res.stdout
+    assert f"verdict: vllm {VLLM_VERSION}: would load cleanly (exit 0)" in res.stdout
     assert "checkpoint 27 keys: 27 loaded" in res.stdout
 
     layout["model.layers.1.mlp.gate.weight"] = layout.pop("model.layers.1.mlp.gate_proj.weight")

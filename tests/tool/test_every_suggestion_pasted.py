@@ -1,28 +1,29 @@
-"""Every suggested fix the test suite produced, pasted as printed, gets the verdict it promised.
+"""Every suggested fix pasted as printed gets the verdict it promised.
 
-The suite's inspects announce each fix (the audit event ``loadkit.inspect.suggested_fix``,
-collected by ``conftest``); this module runs after every other test and pastes each printed
-flag: ``--mapper`` (parsed from the printed text as a shell would), ``--replace-mapper`` and
-``--loader`` when printed. A proven fix must load cleanly; an unproven one must leave exactly the
-problems it said it would. The command line's runs (``loadkit_cli``, in processes of their own,
-which no audit hook here sees) are collected by what they printed, and pasted on the command
-line. Run alone, it produces the issue's cases itself first.
+In process: the inspects below (the committed checkpoints that need a fix, a transformers-written
+BERT off by one layer and under a prefix, with and without a mapper given) each print a fix, and
+each printed flag is pasted: ``--mapper`` (parsed from the printed text as a shell would),
+``--replace-mapper`` and ``--loader`` when printed. A proven fix must load cleanly; an unproven
+one must leave exactly the problems it said it would. The command line's runs in the whole suite
+(``loadkit_cli``, in processes of their own) are collected by what they printed (``conftest``),
+and pasted on the command line: this module runs after every other test. Run alone, it produces
+a case of its own first.
 """
 
-import contextlib
 import json
 import shlex
 import shutil
 
 import torch
+from repo_paths import DATA
 from safetensors.torch import load_file, save_file
 
 from loadkit_inspect.inspector import inspect_checkpoint
 
 
-def _own_cases(root):
-    """Suggestions of its own, so the test can fail when run alone: the layer off-by-one of a
-    transformers-written BERT (the model's own mapper has rules JSON cannot hold), a prefix."""
+def _bert_cases(root):
+    """Inspects of a transformers-written BERT (the model's own mapper has rules JSON cannot
+    hold, and two loaders judge it): off by one layer, and under a prefix."""
     import re
 
     import transformers
@@ -34,6 +35,7 @@ def _own_cases(root):
     )  # fmt: skip
     transformers.BertModel(config).save_pretrained(root / "clean")
     tensors = load_file(root / "clean" / "model.safetensors")
+    calls = []
     for name, rename in [
         ("shifted", lambda k: re.sub(r"layer\.(\d+)\.", lambda m: f"layer.{int(m[1]) + 1}.", k)),
         ("prefixed", lambda k: "encoder_model." + k),
@@ -41,7 +43,26 @@ def _own_cases(root):
         (root / name).mkdir()
         shutil.copy(root / "clean" / "config.json", root / name / "config.json")
         save_file({rename(k): v for k, v in tensors.items()}, root / name / "model.safetensors")
-        inspect_checkpoint(root / name, model="hf")
+        calls.append({"checkpoint": root / name, "model": "hf"})
+    return calls
+
+
+# Committed checkpoints whose inspect suggests a fix: a renamed plamo2, and a prefix the mapper
+# given strips from names the model's own rules already strip (the fix extends the mapper given).
+DATA_CASES = [
+    {"checkpoint": DATA / "big" / "debug" / "plamo2-broken.safetensors", "model": "plamo2"},
+    {
+        "checkpoint": DATA / "plamo2" / "tied-with-lm-head",
+        "model": "plamo2",
+        "mapper": {"orig_to_new_prefix": {"model.": ""}},
+    },
+    {
+        "checkpoint": DATA / "plamo2" / "tied-with-lm-head",
+        "model": "plamo2",
+        "mapper": {"orig_to_new_prefix": {"model.": ""}},
+        "replace_mapper": True,
+    },
+]
 
 
 def _pasted(flag):
@@ -51,47 +72,40 @@ def _pasted(flag):
     return mapper, "--replace-mapper" in tokens, loader
 
 
-def test_every_suggestion_pasted_gets_the_verdict_promised(
-    suggestions_seen, tmp_path, quiet_transformers
-):
-    if len(suggestions_seen) < 3:  # run alone (or nearly): make the issue's cases
-        _own_cases(tmp_path)
-        from conftest import SUGGESTIONS
-
-        suggestions_seen = list(SUGGESTIONS)
-    checked = 0
-    for report, call, folder in suggestions_seen:
+def test_every_suggestion_pasted_gets_the_verdict_promised(tmp_path, quiet_transformers):
+    checked = proven = 0
+    for call in [*DATA_CASES, *_bert_cases(tmp_path)]:
+        report = inspect_checkpoint(**call)
         fix = report.fix
+        where = f"{call}: {report.problems()}"
+        assert fix is not None, where  # each case needs a fix
         if not fix.suggestions:  # said in words only: nothing to paste
             continue
         assert f"  {fix.flag}" in report.render().splitlines()  # the flag is printed as is
         mapper, replace, loader = _pasted(fix.flag)
-        with contextlib.chdir(folder):
-            again = inspect_checkpoint(
-                call["checkpoint"],
-                model=call["model"],
-                rules=call["rules"],
-                model_args=call["model_args"],
-                timeout=call["timeout"],
-                mapper=mapper,
-                replace_mapper=replace,
-                loader=loader or call["loader"],
-            )
+        again = inspect_checkpoint(
+            call["checkpoint"],
+            model=call["model"],
+            mapper=mapper,
+            replace_mapper=replace,
+            loader=loader or "all",
+        )
         where = f"{call['checkpoint']} --model {call['model']} {fix.flag}"
         if fix.proven:
             assert again.clean is True and again.exit_status == 0, (where, again.problems())
+            proven += 1
         else:
             assert again.load.problems() == fix.result.problems(), where
         checked += 1
-    assert checked >= 2, "no suggestion was pasted"
-    print(f"{checked} suggested fixes pasted")
+    assert checked >= 4 and proven >= 2, (checked, proven)
+    print(f"{checked} suggested fixes pasted, {proven} proven")
 
 
 def test_every_suggestion_the_command_line_printed_pasted_gets_the_verdict_promised(
     cli_suggestions_seen, loadkit_cli, tmp_path, quiet_transformers
 ):
     if not cli_suggestions_seen:  # run alone: one of its own
-        _own_cases(tmp_path)
+        _bert_cases(tmp_path)
         argv = ["inspect", str(tmp_path / "shifted"), "--model", "hf"]
         printed = loadkit_cli(*argv).stdout
         assert "\n  --mapper '" in printed, printed

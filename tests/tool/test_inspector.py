@@ -9,6 +9,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper, composed_weight_loader, default_weight_loader
 from loadkit.errors import LoadkitError, MapperConfigError
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.mapper_trace import parse_mapper
 from loadkit_inspect.models.registry import ModelSpecError
@@ -237,7 +238,7 @@ def test_clean_load_with_autoweightsloader(tmp_path):
     assert r.load.filled == 6 and r.load.missing == [] and r.load.runs == 1
     target = {k.name: k.target for k in r.load.keys}
     assert target["layers.1.bias"] == "layers.1.bias"
-    assert "verdict: would load cleanly (exit 0)" in r.render()
+    assert f"verdict: vllm {VLLM_VERSION}: would load cleanly (exit 0)" in r.render()
 
 
 def test_unexpected_missing_and_nearest_names(tmp_path):
@@ -461,6 +462,7 @@ def test_json_round_trip_has_every_section(tmp_path):
     assert d["loaders"] == {
         "vllm": {
             "loader": "vllm",
+            "version": VLLM_VERSION,
             "clean": False,
             "outcome": None,  # said in transformers' terms only (loads, warns, raises)
             "problems": ["1 mismatched: language_model.model.proj.weight"],

@@ -3,44 +3,52 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from importlib.metadata import version
 
 import pytest
 from hf_cases import ARCHS, m_wrapper_prefix, read_tensors, write_variant
 from repo_paths import DATA
 
 from loadkit.errors import LoadkitError
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
 
 # Untouched checkpoints transformers loads and vLLM's backend refuses (docs/fidelity.md), with the
 # first line inspect prints for each.
+VLLM = f"vllm {VLLM_VERSION}"
+TRANSFORMERS = f"transformers {version('transformers')}"
 REFUSED_BY_VLLM = {
-    "bart": "vllm: would NOT load (1 unexpected: final_logits_bias)",
-    "mbart": "vllm: would NOT load (1 unexpected: final_logits_bias)",
-    "deberta-v2": "vllm: would NOT load (1 missing: model.embeddings.position_embeddings.weight)",
-    "electra": "vllm: would NOT load (2 missing: model.embeddings_project.weight, "
+    "bart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
+    "mbart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
+    "deberta-v2": f"{VLLM}: would NOT load (1 missing: "
+    "model.embeddings.position_embeddings.weight)",
+    "electra": f"{VLLM}: would NOT load (2 missing: model.embeddings_project.weight, "
     "model.embeddings_project.bias)",
-    "distilbert-cls": "vllm: would NOT load (2 unexpected: pre_classifier.bias, "
+    "distilbert-cls": f"{VLLM}: would NOT load (2 unexpected: pre_classifier.bias, "
     "pre_classifier.weight)",
-    "llama-cls": "vllm: would NOT load (1 unexpected: score.weight; 1 missing: classifier.weight)",
+    "llama-cls": f"{VLLM}: would NOT load (1 unexpected: score.weight; 1 missing: "
+    "classifier.weight)",
 }
 
 
 @pytest.mark.parametrize("arch", sorted(REFUSED_BY_VLLM))
 def test_the_first_lines_say_which_loader_loads_it(arch, hf_clean):
     report = inspect_checkpoint(hf_clean(arch), model="hf")
-    first = report.render().split("\n\n")[0].splitlines()
+    # one loader a line when they do not fit on one; a long verdict goes on, indented
+    first = re.sub(r"\n +", " ", report.render().split("\n\n")[0]).splitlines()
     joined = " | ".join(first)
-    assert joined == f"transformers 5.24.0: would load cleanly | {REFUSED_BY_VLLM[arch]}"
+    assert joined == f"{TRANSFORMERS}: would load cleanly | {REFUSED_BY_VLLM[arch]}"
     assert report.loaders is not None
     assert report.loaders["transformers"].clean and not report.loaders["vllm"].clean
     assert (report.clean, report.exit_status) == (False, 1)
     # Each loader alone decides the exit status when selected.
     only_tf = inspect_checkpoint(hf_clean(arch), model="hf", loader="transformers")
     assert (only_tf.clean, only_tf.exit_status) == (True, 0)
-    assert only_tf.render().splitlines()[-1] == (
-        "verdict: transformers 5.24.0: would load cleanly (exit 0)"
+    assert (
+        only_tf.render().splitlines()[-1] == f"verdict: {TRANSFORMERS}: would load cleanly (exit 0)"
     )
     only_vllm = inspect_checkpoint(hf_clean(arch), model="hf", loader="vllm")
     assert only_vllm.exit_status == 1 and only_vllm.from_pretrained is None
@@ -66,6 +74,7 @@ def test_json_has_both_columns(hf_clean, capsys):
     assert doc["schema"] == 7 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
+        "version": version("transformers"),
         "clean": True,
         "outcome": "loads",
         "problems": [],
@@ -99,10 +108,9 @@ def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_p
     report = inspect_checkpoint(folder, model="hf")
     assert report.loaders is not None
     assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
-    import transformers
 
     assert report.loaders["transformers"].problems == [
-        f"AttributeError: transformers {transformers.__version__} has no model class "
+        f"AttributeError: transformers {version('transformers')} has no model class "
         "'MyLlamaForCausalLM' (the config's architectures[0])"
     ]
     assert report.loaders["transformers"].outcome == "raises"

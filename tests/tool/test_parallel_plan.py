@@ -12,6 +12,7 @@ from repo_paths import DATA
 
 from loadkit.errors import LoadkitError
 from loadkit.models.llama import LlamaLikeConfig, write_checkpoint
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
 from loadkit_inspect.tensor_parallel.rowmap import render_row_map, span_text
@@ -54,7 +55,8 @@ def test_what_cannot_work_is_listed_all_at_once(tp, errors):
     # vLLM raises at the heads (verify_with_parallel_config) and reaches nothing else: the
     # verdict says that refusal alone, once; the section lists every error
     assert r.render().splitlines()[-1] == (
-        f"verdict: would NOT load: tp={tp} refused: 8 attention heads are not divisible by "
+        f"verdict: vllm {VLLM_VERSION}: would NOT load: tp={tp} refused: 8 attention heads are "
+        "not divisible by "
         f"tp={tp} (exit 1)"
     )
 

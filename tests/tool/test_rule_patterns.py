@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.options import LoadRules
 
@@ -175,7 +176,7 @@ def test_the_command_line_warns_and_keeps_its_exit_status(bert, loadkit_cli):
     assert res.stdout.splitlines()[-2:] == [
         "warning: --allow-missing 'nothing.*' matched no missing model tensor (by its model name "
         "or the checkpoint name it would be loaded from): it allows nothing",
-        "verdict: would load cleanly (exit 0)",
+        f"verdict: vllm {VLLM_VERSION}: would load cleanly (exit 0)",
     ]
     js = loadkit_cli(*allowed, "--allow-missing", "nothing.*", "--json")
     doc = json.loads(js.stdout)

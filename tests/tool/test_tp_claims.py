@@ -1,10 +1,14 @@
 """--tp claims only what was checked (issue 24): a model without tensor-parallel layers gets
 vLLM's config checks, never "would load cleanly on each rank" for ranks it did not simulate."""
 
+from importlib.metadata import version
+
 import pytest
 import torch
 from safetensors.torch import save_file
 from torch import nn
+
+from loadkit.terms import VLLM_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +39,11 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
     )
     flat = " ".join(out.split())  # the columns wrap
     head = " ".join(out.split("\n\n")[0].split())
-    assert head == f"transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal})"
+    tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
+    assert head == f"{tf}: would load cleanly {vllm}: would NOT load ({refusal})"
     verdict = " ".join(out[out.index("\nverdict:") :].split())
     assert (
-        verdict
-        == f"verdict: transformers 5.24.0: would load cleanly vllm: would NOT load ({refusal}) "
-        "(exit 1)"
+        verdict == f"verdict: {tf}: would load cleanly {vllm}: would NOT load ({refusal}) (exit 1)"
     )
     # each message once: the section lists every error, the verdict only what vLLM raises
     assert flat.count("Total number of attention heads (4)") == 3  # headline, section, verdict
@@ -55,6 +58,7 @@ def test_the_json_verdict_is_the_exit_status_and_the_refusal_is_vllms(llama_4_he
     assert doc["load"]["clean"] is True  # the dry load alone: every key placed
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
+        "version": version("transformers"),
         "clean": True,
         "outcome": "loads",
         "problems": [],

@@ -38,7 +38,7 @@ DEVIATIONS = {
     "mapper-build": "bad mapper rules fail when the mapper is built",
     "stacked-none": "a stacked rule may map to None (drop)",
     "str-regex": "orig_to_new_regex keys may be strings",
-    "nan-fill": "reload fills what no load reached with NaN, not uninitialised memory",
+    "stale-fill": "before 0.34.0, reload fills what no load wrote with a chosen value",
     "bias-on-meta": "reload puts a parameter named bias on meta like any other",
     "late-load": "reload drops every load for a finalised layer",
     "tied-reload": "reload refuses tied parameters",
@@ -297,7 +297,7 @@ def record(prop: str, diffs: list[Difference], context: str = "") -> None:
         t.by_deviation[dev] = t.by_deviation.get(dev, 0) + 1
     if unexplained and not CENSUS:
         raise AssertionError(
-            "loadkit and vLLM 0.28.0 differ:\n" + "\n".join(f"- {d.what}" for d in unexplained)
+            f"loadkit and vLLM differ ({prop}):\n" + "\n".join(f"- {d.what}" for d in unexplained)
         )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from upstream.common import CENSUS, EXAMPLES, TALLY, tally_json, tally_table
-from upstream.fetch import OLD, PINS, UpstreamFetchError, ensure_sources
+from upstream.fetch import OLD, PINS, REFERENCE, UpstreamFetchError, ensure_sources
 from upstream.harness import Upstream, load_upstream
 
 
@@ -30,7 +30,14 @@ def up_at():
 
 @pytest.fixture(scope="session")
 def up() -> Upstream:
+    """The reference, vLLM 0.34.0: what loadkit's "new" behaviour and API follow."""
     # A session fixture that fails is not retried: one fetch attempt, then every test errors.
+    return upstream_at(REFERENCE)
+
+
+@pytest.fixture(scope="session")
+def up_old() -> Upstream:
+    """vLLM 0.28.0, where an "old" behaviour or API is pinned to it (skip_prefixes...)."""
     return upstream_at(OLD)
 
 
@@ -59,7 +66,9 @@ def pytest_report_header(config):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not TALLY:
         return
-    terminalreporter.section("loadkit vs vLLM 0.28.0, per property")
+    terminalreporter.section(
+        f"loadkit vs vLLM {REFERENCE}, per property (another version where the property says)"
+    )
     terminalreporter.write_line(tally_table())
     for prop, t in sorted(TALLY.items()):
         for what in t.first_unexplained:

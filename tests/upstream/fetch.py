@@ -55,6 +55,10 @@ PINS = {
     # The last release with AutoWeightsLoader's skip_prefixes / skip_substrs: the "old"
     # behaviours pinned to it (docs/fidelity.md).
     "0.28.0": "addb0ffdaafd8155d75e9b3f5ddb3da28fdee9e8a7097ede91f7db2e9e1a3889",
+    # Layerwise reload's padding rules, release by release (bug 6): 0.30.0 counts a padded
+    # weight's every element, 0.31.0 only its weight_loader_numel.
+    "0.30.0": "ef52ee58c410ead0b8afb190838fa4cbcb52075596f67862a03859d984966ac4",
+    "0.31.0": "39132b433967f0962d03d8a5f633b9bee6b32708f566c7d5637b79f8d0ef3433",
     # The reference: what loadkit's "new" behaviour and API follow.
     "0.34.0": "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2",
 }

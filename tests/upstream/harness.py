@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import dis
 import importlib.abc
 import importlib.util
@@ -191,11 +192,37 @@ def _install_stubs(log: LogRecorder, root: str) -> None:
     _register(
         _module(f"{root}.model_executor.models.interfaces", supports_multimodal=lambda model: False)
     )
+    _register(_model_loader_utils(root))
     _register(
         _module(
             f"{root}.model_executor.models.interfaces_base",
             VllmModelForPooling=VllmModelForPooling,
         )
+    )
+
+
+def _model_loader_utils(root: str) -> types.ModuleType:
+    """``model_loader/utils.py`` as the reload package uses it on the CPU, with no quantized
+    module: ``device_loading_context`` leaves a module where it is (upstream's own branch for a
+    CPU or absent target), and ``process_weights_after_loading`` is what upstream's does for
+    such a model (record the checkpoint layout at cold start in direct mode, then every
+    module's post-load hook). Both resolve the version's own modules when called."""
+
+    @contextlib.contextmanager
+    def device_loading_context(module, target_device):
+        yield module
+
+    def process_weights_after_loading(model, model_config, target_device):
+        direct = sys.modules[f"{root}.model_executor.model_loader.reload.direct"]
+        if direct.direct_reload_enabled():
+            direct.record_checkpoint_layout(model)
+        weight_utils = sys.modules[f"{root}.model_executor.model_loader.weight_utils"]
+        weight_utils.finalize_model_weights(model, target_device)
+
+    return _module(
+        f"{root}.model_executor.model_loader.utils",
+        device_loading_context=device_loading_context,
+        process_weights_after_loading=process_weights_after_loading,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 import warnings
 
 import pytest
@@ -25,12 +26,26 @@ from loadkit import (
     record_metadata_for_reloading,
 )
 from loadkit.errors import (
+    DirectReloadError,
     MapperConfigError,
     ShapeMismatchError,
     UnknownNameError,
     WeightLoadError,
 )
+from loadkit.reload import (
+    begin_direct_reload,
+    finish_reload,
+    record_checkpoint_layout,
+    start_reload,
+    weight_update_active,
+)
 from loadkit.reload.layerwise import ReloadStateError, reload_log
+
+
+@pytest.fixture(scope="session")
+def up(up_old):
+    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
+    return up_old
 
 
 def test_mapper_build_empty_suffix(up):
@@ -152,7 +167,14 @@ def test_broadcasting_copies_are_counted(up):
     assert get_numel_loaded(broadcast, args) == (4, None)
 
 
-# --- layerwise reload ------------------------------------------------------------------------
+# --- layerwise reload, direct reload (against vLLM 0.34.0) ---------------------------------------
+
+REFERENCE = "0.34.0"
+
+
+@pytest.fixture
+def up34(up_at):
+    return up_at(REFERENCE)
 
 
 class Layer(nn.Module):
@@ -165,9 +187,10 @@ class Layer(nn.Module):
 class Reload:
     """The reload lifecycle of one side: upstream's (given ``up``) or loadkit's."""
 
-    def __init__(self, up=None) -> None:
+    def __init__(self, up=None, **rules) -> None:
         if up is None:
-            self.record, self.init = record_metadata_for_reloading, initialize_layerwise_reload
+            self.record = record_metadata_for_reloading
+            self.init = lambda model: initialize_layerwise_reload(model, **rules)
             self.finalize = finalize_layerwise_reload
             self.default, self.auto = default_weight_loader, AutoWeightsLoader
         else:
@@ -202,43 +225,48 @@ class Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_unloaded_tensors_become_nan_not_uninitialised_memory(up):
-    filled = {}
-    for name, side in (("upstream", Reload(up)), ("loadkit", Reload())):
-        m = nn.Module()
-        m.a = nn.Parameter(torch.zeros(2), requires_grad=False)
-        m.b = nn.Parameter(torch.zeros(2), requires_grad=False)
-        side.record(m)
-        side.init(m)
-        m.a.weight_loader(m.a, torch.ones(2))
-        with warnings.catch_warnings(), Ops() as ops:
-            warnings.simplefilter("ignore")
-            side.finalize(m)  # b never loaded: materialised, then copied back
-        assert torch.equal(m.a, torch.ones(2))
-        filled[name] = [a[1] for f, a in ops.calls if f.startswith("fill_")]
-    # Upstream materialises with torch.empty and copies back whatever that memory held.
-    assert filled["upstream"] == []
-    assert all(v != v for v in filled["loadkit"]) and filled["loadkit"]  # NaN fills
+def _half_loaded(side):
+    m = nn.Module()
+    m.a = nn.Parameter(torch.zeros(2), requires_grad=False)
+    m.b = nn.Parameter(torch.zeros(2), requires_grad=False)
+    side.record(m)
+    side.init(m)
+    m.a.weight_loader(m.a, torch.ones(2))
+    with warnings.catch_warnings(), Ops() as ops:
+        warnings.simplefilter("ignore")
+        side.finalize(m)  # b never loaded: materialised, then copied back
+    assert torch.equal(m.a, torch.ones(2))
+    return m, [f for f, _ in ops.calls if f.startswith(("fill_", "zero_", "copy_"))]
 
 
-def test_a_parameter_named_bias_goes_on_meta_like_any_other(up):
-    upstream = Reload(up)(Layer(), [("weight", torch.ones(2))])
+def test_stale_memory_is_a_fixed_pattern(up_at):
+    # vLLM 0.31.0 materialises with torch.empty and copies back whatever that memory held;
+    # loadkit's fill="stale" stands for it by a fixed pattern (0.34.0 zero-fills, as loadkit's
+    # default: the property compares those exactly).
+    _, ops = _half_loaded(Reload(up_at("0.31.0")))
+    assert not any(f.startswith(("fill_", "zero_")) for f in ops)  # nothing written into b
+    ours, ops = _half_loaded(Reload(fill="stale"))
+    assert ours.b.tolist() == [-1.75, -1.25] and "copy_.default" in ops
+
+
+def test_a_parameter_named_bias_goes_on_meta_like_any_other(up34):
+    upstream = Reload(up34)(Layer(), [("weight", torch.ones(2))])
     assert torch.equal(upstream.bias, torch.full((2,), 6.0))  # never on meta: kept
     ours = Reload()(Layer(), [("weight", torch.ones(2))])
-    assert torch.isnan(ours.bias).all()
+    assert torch.equal(ours.bias, torch.zeros(2))  # materialised, zero-filled like the rest
 
 
-def test_a_load_after_finalisation_is_dropped_even_when_looked_up_late(up):
+def test_a_load_after_finalisation_is_dropped_even_when_looked_up_late(up34):
     loads = [("weight", torch.ones(2)), ("bias", torch.ones(2)), ("weight", torch.full((2,), 9.0))]
     # Looked up once before loading (the stand-ins): both drop the late load.
-    for side in (Reload(up), Reload()):
+    for side in (Reload(up34), Reload()):
         assert torch.equal(side(Layer(), loads).weight, torch.ones(2))
     # Looked up at each load: upstream gets the live tensor back and writes straight into it.
-    assert torch.equal(Reload(up)(Layer(), loads, held=False).weight, torch.full((2,), 9.0))
+    assert torch.equal(Reload(up34)(Layer(), loads, held=False).weight, torch.full((2,), 9.0))
     assert torch.equal(Reload()(Layer(), loads, held=False).weight, torch.ones(2))
 
 
-def test_tied_parameters_are_refused(up):
+def test_tied_parameters_are_refused(up34):
     class Tied(nn.Module):
         def __init__(self):
             super().__init__()
@@ -246,13 +274,13 @@ def test_tied_parameters_are_refused(up):
             self.head = nn.Module()
             self.head.weight = self.embed.weight
 
-    upstream = Reload(up)(Tied(), [("embed.weight", torch.ones(2))])
+    upstream = Reload(up34)(Tied(), [("embed.weight", torch.ones(2))])
     assert torch.equal(upstream.head.weight, torch.ones(2))  # reloads (its limitation 2)
     with pytest.raises(ReloadStateError, match="tied"):
         Reload()(Tied(), [("embed.weight", torch.ones(2))])
 
 
-def test_a_load_that_raised_is_not_replayed(up):
+def test_a_load_that_raised_is_not_replayed(up34):
     def refuses(param, loaded_weight):
         raise RuntimeError("refused")
 
@@ -267,21 +295,21 @@ def test_a_load_that_raised_is_not_replayed(up):
             m.bias.weight_loader(m.bias, torch.ones(2))
         return m, live
 
-    m, live = start(Reload(up))
+    m, live = start(Reload(up34))
     # Upstream buffered the failed load before counting it: finalising replays it, raises
     # again, and leaves the layer materialised, its live storage no longer in the model.
     with pytest.raises(RuntimeError, match="refused"):
-        Reload(up).finalize(m)
+        Reload(up34).finalize(m)
     assert m.weight is not live
     m, live = start(Reload())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         finalize_layerwise_reload(m)
     assert m.weight is live and torch.equal(m.weight, torch.ones(2))
-    assert torch.isnan(m.bias).all()
+    assert torch.equal(m.bias, torch.zeros(2))
 
 
-def test_batchnorm_stats_reload_through_auto_weights_loader(up):
+def test_batchnorm_stats_reload_through_auto_weights_loader(up34):
     weights = [
         ("bn.weight", torch.ones(2)),
         ("bn.bias", torch.ones(2)),
@@ -290,7 +318,7 @@ def test_batchnorm_stats_reload_through_auto_weights_loader(up):
         ("bn.num_batches_tracked", torch.tensor(7)),
     ]
     stats = {}
-    for name, side in (("upstream", Reload(up)), ("loadkit", Reload())):
+    for name, side in (("upstream", Reload(up34)), ("loadkit", Reload())):
         m = nn.Module()
         m.bn = nn.BatchNorm1d(2)
         side.record(m)
@@ -301,25 +329,61 @@ def test_batchnorm_stats_reload_through_auto_weights_loader(up):
             side.finalize(m)
         stats[name] = m.bn
     # Upstream's AutoWeightsLoader hands the stats over as detached state_dict copies (no
-    # reload wrapper on them): they load into nothing and the layer gets uninitialised stats.
-    assert not torch.equal(stats["upstream"].running_mean, torch.full((2,), 3.0))
+    # reload wrapper on them): they load into nothing and the layer keeps its zero fill.
+    assert torch.equal(stats["upstream"].running_mean, torch.zeros(2))
     assert torch.equal(stats["loadkit"].running_mean, torch.full((2,), 3.0))
     assert int(stats["loadkit"].num_batches_tracked) == 7
     assert torch.equal(stats["upstream"].weight, torch.ones(2))  # parameters load on both
 
 
-def test_expert_bookkeeping_tensors_are_counted_like_any_other(up):
+def test_expert_bookkeeping_tensors_are_counted_like_any_other(up34):
     def model():
         m = nn.Module()
         m.weight = nn.Parameter(torch.zeros(2), requires_grad=False)
         m.register_buffer("expert_mask", torch.ones(2))  # upstream: SKIP_LOAD_TENSORS
         return m
 
-    up.log.clear()
-    upstream = Reload(up)(model(), [("weight", torch.ones(2))])
-    assert "Module: 2 / 2" in up.log.messages("debug")  # the mask is not part of the total
+    up34.log.clear()
+    upstream = Reload(up34)(model(), [("weight", torch.ones(2))])
+    assert "Module: 2 / 2" in up34.log.messages("debug")  # the mask is not part of the total
     assert torch.equal(upstream.expert_mask, torch.ones(2))
     ours = model()
     Reload()(ours, [("weight", torch.ones(2))])
     assert [(s.running, s.total) for s in reload_log(ours)][0] == (2, 4)
-    assert torch.isnan(ours.expert_mask).all()
+    assert torch.equal(ours.expert_mask, torch.zeros(2))
+
+
+def test_the_reload_mode_is_chosen_per_call_and_the_update_flag_per_context(up34):
+    # Upstream: the mode is VLLM_RELOAD_MODE, read by start_reload and finish_reload, and the
+    # "update running" flag is a module global, seen by every thread.
+    assert up34.module("envs").VLLM_RELOAD_MODE == "layerwise"
+    assert inspect.signature(up34.reload.start_reload).parameters.keys() == {"model"}
+    m = Layer()
+    up34.reload.record_metadata_for_reloading(m)
+    up34.reload.start_reload(m)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(up34.reload.weight_update_active()))
+    thread.start()
+    thread.join()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        up34.reload.finish_reload(m, None, torch.device("cpu"))
+    # loadkit: the mode is start_reload's keyword; another thread does not see this update.
+    ours = Layer()
+    record_checkpoint_layout(ours)
+    start_reload(ours, mode="direct")
+    thread = threading.Thread(target=lambda: seen.append(weight_update_active()))
+    thread.start()
+    thread.join()
+    seen.append(weight_update_active())
+    finish_reload(ours)
+    assert seen == [True, False, True]
+
+
+def test_direct_reload_refusals_are_loadkit_errors(up34):
+    for begin in (up34.reload.direct.begin_direct_reload, begin_direct_reload):
+        m = Layer()  # no checkpoint layout recorded
+        with pytest.raises(Exception, match="layout was recorded") as caught:
+            begin(m)
+        assert isinstance(caught.value, RuntimeError) == (begin is not begin_direct_reload)
+    assert isinstance(caught.value, DirectReloadError) and isinstance(caught.value, ValueError)

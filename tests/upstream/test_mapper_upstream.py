@@ -1,9 +1,11 @@
-"""WeightsMapper against upstream's: generated rules of all six stages, generated names."""
+"""WeightsMapper against vLLM 0.34.0's: generated rules of all six stages (a stacked rule's shard
+ids may be a list), generated ``weights_transforms``, generated names; ``get_rename_mapper``."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
 import regex
 import torch
 from hypothesis import given
@@ -13,12 +15,22 @@ from stacked_cases import names as stacked_names
 from stacked_cases import overlapping_rules
 from transformers.core_model_loading import WeightRenaming
 
-from upstream.common import PROPERTY, Difference, loadkit_side, rare, record, run
+from upstream.common import (
+    PROPERTY,
+    Difference,
+    loadkit_side,
+    raised_differences,
+    rare,
+    record,
+    run,
+)
+from upstream.fetch import OLD, REFERENCE
 
 PARTS = ["model", "layers", "0", "1", "q_proj", "k_proj", "weight", "bias", "norm", "gamma"]
 FRAGMENTS = ["", "model.", "layers.", ".0", "0", "q_proj", "k_proj", "proj", ".weight", "weight",
              "norm", "gamma", "bias", ".", "h.", "x"]  # fmt: skip
 SHARDS = [0, 1, "q", "k"]
+SHARD_LISTS = [["q", "k"], [0, 1], ["k"], ["v", "v"]]
 # Each pattern with replacements valid for it (``\\2``, invalid for all, is drawn rarely).
 PATTERNS = {
     r"layers\.(\d+)": ["h.", r"h.\1", r"\g<1>", r"layers.\1."],
@@ -88,18 +100,46 @@ def rule_table(draw, *, stacked: bool = False, suffix: bool = False):
         if suffix and key == "" and not draw(rare(3)):
             key = ".weight"
         if stacked:
-            table[key] = None if draw(rare()) else (draw(fragment), draw(st.sampled_from(SHARDS)))
+            shards = (
+                st.sampled_from(SHARD_LISTS) if draw(st.booleans()) else st.sampled_from(SHARDS)
+            )
+            table[key] = None if draw(rare()) else (draw(fragment), draw(shards))
         else:
             table[key] = draw(value)
     return table
 
 
+# Transforms over the raw stream (the same functions for both sides): each passes what it does not
+# recognise through unchanged, as upstream's contract says.
+def split_fused(weights):
+    """``...qkv.weight`` -> ``...q_proj.weight`` and ``...k_proj.weight`` (halves of it)."""
+    for name, w in weights:
+        if name.endswith("q_proj.k_proj"):
+            yield name.replace("q_proj.k_proj", "q_proj"), w[:1]
+            yield name.replace("q_proj.k_proj", "k_proj"), w[1:]
+        else:
+            yield name, w
+
+
+def drop_gamma(weights):
+    return ((n, w) for n, w in weights if not n.endswith("gamma"))
+
+
+def doubled(weights):
+    return ((n, w * 2) for n, w in weights)
+
+
+TRANSFORMS = [split_fused, drop_gamma, doubled]
+
+
 @st.composite
 def mapper_rules(draw):
-    # Every stage left at its default when it has no rules, renaming included.
+    # Every stage left at its default when it has no rules, renaming and transforms included.
     renaming = draw(renamings)
+    transforms = draw(st.lists(st.sampled_from(TRANSFORMS), max_size=2)) if draw(rare(4)) else []
     return {
         **({"orig_to_new_renaming": renaming} if renaming else {}),
+        **({"weights_transforms": transforms} if transforms else {}),
         "orig_to_new_regex": draw(regex_rules()),
         "orig_to_new_substr": draw(rule_table()),
         "orig_to_new_stacked": draw(rule_table(stacked=True)),
@@ -170,6 +210,8 @@ def compare_mappers(up_m, lk_m, rules, names_) -> list[Difference]:
             continue
         if u.value != k.value or (u.value is not None and type(u.value[1]) is not type(k.value[1])):
             diffs.append(Difference(f"{name!r}: upstream {u.value!r}, loadkit {k.value!r}"))
+        if up_m.map_name(name) != lk_m.map_name(name):
+            diffs.append(Difference(f"{name!r}: map_name differs"))
         if up_m._map_name(name) != lk_m._map_name(name):
             diffs.append(Difference(f"{name!r}: _map_name differs"))
     if diffs:
@@ -183,13 +225,19 @@ def compare_mappers(up_m, lk_m, rules, names_) -> list[Difference]:
         diffs.append(Difference("apply_dict differs"))
 
     def applied(m):
-        out = []
-        for n, t in m.apply((n, torch.zeros(1)) for n in names_):
-            out.append((n, getattr(t, "shard_id", "<none>")))
-        return out
+        stream = ((n, torch.arange(2.0) + i) for i, n in enumerate(names_))
+        out = list(m.apply(stream))  # read after the whole stream: each yield its own shard id
+        storages = [t.untyped_storage().data_ptr() for _, t in out]
+        return [
+            (n, t.tolist(), getattr(t, "shard_id", "<none>"), storages.index(p))
+            for (n, t), p in zip(out, storages, strict=True)
+        ]
 
-    if applied(up_m) != applied(lk_m):
-        diffs.append(Difference(f"apply: upstream {applied(up_m)}, loadkit {applied(lk_m)}"))
+    u_applied, k_applied = run(lambda: applied(up_m)), run(lambda: applied(lk_m))
+    if u_applied.raised or k_applied.raised:
+        diffs += raised_differences(u_applied, k_applied, what="apply: ")
+    elif u_applied.value != k_applied.value:
+        diffs.append(Difference(f"apply: upstream {u_applied.value}, loadkit {k_applied.value}"))
     return diffs
 
 
@@ -214,13 +262,39 @@ def test_mapper_maps_like_upstream(up, rules, names_):
 
 
 @PROPERTY
+@given(rules=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
+def test_rename_mapper_maps_like_upstream(up, rules, names_):
+    """``get_rename_mapper()``: no stacked rules, no drops, no transforms, on both sides."""
+    lk = loadkit_side()
+    built = run(lambda: lk.WeightsMapper(**rules).get_rename_mapper())
+    prop = "mapper: get_rename_mapper"
+    if built.raised:
+        from loadkit.errors import MapperConfigError
+
+        dev = build_deviation(rules)
+        ok = isinstance(built.error, MapperConfigError) and dev is not None
+        record(prop, [Difference(f"loadkit refused at build: {built.error}", dev if ok else None)])
+        return
+    up_m = up.WeightsMapper(**rules).get_rename_mapper()
+    kept = {
+        f: ({k: v for k, v in t.items() if v is not None} if isinstance(t, dict) else t)
+        for f, t in rules.items()
+    }
+    record(prop, compare_mappers(up_m, built.value, {**kept, "orig_to_new_stacked": {}}, names_))
+
+
+def _merged(a, b):
+    return {f: [*a.get(f, []), *b.get(f, [])] if f in LISTS else {**a[f], **b[f]} for f in {*a, *b}}
+
+
+LISTS = ("orig_to_new_renaming", "weights_transforms")
+
+
+@PROPERTY
 @given(a=mapper_rules(), b=mapper_rules(), names_=st.lists(names, min_size=1, max_size=6))
 def test_merged_mapper_maps_like_upstream(up, a, b, names_):
     lk = loadkit_side()
-    merged_rules = {
-        f: [*a.get(f, []), *b.get(f, [])] if f.endswith("renaming") else {**a[f], **b[f]}
-        for f in {*a, *b}
-    }
+    merged_rules = _merged(a, b)
     built = run(lambda: lk.WeightsMapper(**a) | lk.WeightsMapper(**b))
     up_m = up.WeightsMapper(**a) | up.WeightsMapper(**b)
     prop = "mapper: merged mappers"
@@ -234,7 +308,7 @@ def test_merged_mapper_maps_like_upstream(up, a, b, names_):
     record(prop, compare_mappers(up_m, built.value, merged_rules, names_))
 
 
-# --- the stacked stage (bug 5): loadkit's "old" is vLLM 0.28.0's --------------------------------
+# --- the stacked stage (bug 5): loadkit's "old" is vLLM 0.34.0's (and 0.28.0's) ---------------
 
 
 @PROPERTY
@@ -256,10 +330,12 @@ def test_other_stages_under_new_map_like_upstream(up, rules, names_):
     _check(up, rules, names_, "mapper: other stages, new", behaviour="new")
 
 
-def test_vllm_0_28_0_still_rematches_its_own_output(up):
-    """The wheel's own stage: q_proj -> qkv_proj, then v_proj inside it (vLLM #48423, #48449)."""
+@pytest.mark.parametrize("version", [OLD, REFERENCE])
+def test_vllm_still_rematches_its_own_output(up_at, version):
+    """The wheel's own stage: q_proj -> qkv_proj, then v_proj inside it (vLLM #48423, #48449),
+    in 0.28.0 and still in 0.34.0."""
     rules = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v")}
-    m = up.WeightsMapper(orig_to_new_stacked=rules)
+    m = up_at(version).WeightsMapper(orig_to_new_stacked=rules)
     key = "vision.layers.0.self_attn.{}.weight"
     assert m._map_name_with_shard(key.format("q_proj")) == (key.format("qkqkv_proj"), "v")
     assert m._map_name_with_shard(key.format("k_proj")) == (key.format("qkqkv_proj"), "v")
@@ -268,13 +344,16 @@ def test_vllm_0_28_0_still_rematches_its_own_output(up):
     assert new.map_name_with_shard(key.format("q_proj")) == (key.format("qkv_proj"), "q")
 
 
-def test_vision_tower_checkpoint_fails_in_vllm_0_28_0_and_loads_with_new(up):
-    """The committed vision tower through upstream's own AutoWeightsLoader and WeightsMapper:
+@pytest.mark.parametrize("version", [OLD, REFERENCE])
+def test_vision_tower_checkpoint_fails_in_vllm_and_loads_with_new(up_at, version):
+    """The committed vision tower through upstream's own AutoWeightsLoader and WeightsMapper
+    (0.28.0's and 0.34.0's):
     the load fails on qkqkv_proj as loadkit's old stage does; with loadkit's new mapper's names
     and shard ids, upstream's loader fills every parameter with the checkpoint's values."""
     from loadkit import open_checkpoint
     from loadkit.models import vision_tower as vt
 
+    up = up_at(version)
     ck = open_checkpoint(DATA / "vision_tower" / "model.safetensors")
     config = vt.config_from_checkpoint(ck.tensors)
     model = vt.VisionTower(config)
@@ -287,7 +366,7 @@ def test_vision_tower_checkpoint_fails_in_vllm_0_28_0_and_loads_with_new(up):
             "'vision_model.encoder.layers.0.self_attn.qkqkv_proj' in VisionTower"
         ), exc
     else:
-        raise AssertionError("vLLM 0.28.0 loaded the vision tower")
+        raise AssertionError(f"vLLM {version} loaded the vision tower")
     model = vt.VisionTower(config)
     new = loadkit_side().WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="new")
     loaded = up.AutoWeightsLoader(model).load_weights(new.apply(ck.weights()))

@@ -1,17 +1,27 @@
-"""Layerwise reload against upstream's ``model_loader/reload`` package.
+"""Layerwise reload against upstream's ``model_loader/reload`` package, release by release.
 
 Both sides build the same model, record its metadata, open a reload, load a generated order of
 weights through a driver, and finalise. Compared: the counting trace (each counted load as
 (layer, running count, total), each finalisation, each excessive load dropped), which layers are
 finalised or left untouched by ``finalize``, the final values, and that storage is kept.
+
+The same cases run against three releases, loadkit taking each one's rules (``RULES``): 0.30.0
+counts a padded weight's every element, 0.31.0 only its ``weight_loader_numel``, both leave
+``torch.empty``'s memory where no load wrote; 0.34.0 zero-fills, loadkit's default. For the two
+older ones torch fills uninitialised memory with NaN (``fill_uninitialized_memory`` under
+deterministic algorithms, the largest value for integers) and loadkit runs with ``fill="nan"``,
+so that where nothing was written compares too; loadkit's own stand-in for that memory
+(``fill="stale"``) is a documented deviation.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 import warnings
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,18 +43,23 @@ from upstream.common import (
     rare,
     record,
     run,
-    same_tensor,
     tensor_differences,
     upstream_side,
 )
 from upstream.trees import build, layer_path, tree_specs
 
 COUNT = re.compile(r"(\d+) / (\d+)")
+# loadkit's keywords for each release's rules (docs/api.md, bug 3's table).
+RULES = {
+    "0.30.0": {"padding": "counted", "fill": "nan"},
+    "0.31.0": {"padding": "excluded", "fill": "nan"},
+    "0.34.0": {},
+}
 
 
 @st.composite
 def cases(draw):
-    spec = draw(tree_specs(own_loaders=False, max_depth=2, ties_p=12))
+    spec = draw(tree_specs(own_loaders=False, max_depth=2, ties_p=12, padding=True))
     driver = draw(st.sampled_from(["held", "held", "fresh", "auto"]))
     tensors = spec.tensors()
     names = [q for q, t in tensors if t.kind != "buffer-np" or (driver != "auto" and draw(rare(4)))]
@@ -117,25 +132,39 @@ def loadkit_events(steps):
     return out
 
 
+@contextlib.contextmanager
+def uninitialised_memory_is_nan(on: bool):
+    """torch.empty and friends fill NaN (the largest value for integers) while ``on``."""
+    if not on:
+        yield
+        return
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def run_upstream(up, spec, driver, order, weights):
     model = build(spec, upstream_side(up))
     before = {n: t.data_ptr() for n, t in all_tensors(model).items()}
     up.log.clear()
-    up.reload.record_metadata_for_reloading(model)
-    up.reload.initialize_layerwise_reload(model)
-    out = run(lambda: drive(model, upstream_side(up), driver, order, weights))
-    load_events = upstream_events(up.log.records)
-    up.log.clear()
-    fin = run(lambda: up.reload.finalize_layerwise_reload(model, None))
-    final_events = upstream_events(up.log.records)
+    with uninitialised_memory_is_nan(up.version != "0.34.0"):
+        up.reload.record_metadata_for_reloading(model)
+        up.reload.initialize_layerwise_reload(model)
+        out = run(lambda: drive(model, upstream_side(up), driver, order, weights))
+        load_events = upstream_events(up.log.records)
+        up.log.clear()
+        fin = run(lambda: up.reload.finalize_layerwise_reload(model, None))
+        final_events = upstream_events(up.log.records)
     return model, before, out, fin, load_events, final_events
 
 
-def run_loadkit(spec, driver, order, weights):
+def run_loadkit(spec, driver, order, weights, rules):
     model = build(spec, loadkit_side())
     before = {n: t.data_ptr() for n, t in all_tensors(model).items()}
     loadkit.record_metadata_for_reloading(model)
-    init = run(lambda: loadkit.initialize_layerwise_reload(model, behaviour="new"))
+    init = run(lambda: loadkit.initialize_layerwise_reload(model, **rules))
     if init.raised:
         return model, before, init, None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
@@ -152,24 +181,26 @@ def run_loadkit(spec, driver, order, weights):
     return model, before, init, out, fin, loadkit_events(steps[:n_load]), final
 
 
+@pytest.mark.parametrize("version", list(RULES))
 @PROPERTY
 @given(case=cases())
-def test_layerwise_reload_like_upstream(up, case):
+def test_layerwise_reload_like_upstream(up_at, version, case):
+    up = up_at(version)
     spec, driver, order = case
     shapes = dict(spec.tensors())
     weights = [
-        exact_values(shapes[n].shape, 200 + i, torch.float32).to(shapes[n].dtype)
+        exact_values(shapes[n].ckpt_shape, 200 + i, torch.float32).to(shapes[n].dtype)
         for i, n in enumerate(order)
     ]
     u_model, u_before, u_out, u_fin, u_load, u_final = run_upstream(
         up, spec, driver, order, [w.clone() for w in weights]
     )
     k_model, k_before, k_init, k_out, k_fin, k_load, k_final = run_loadkit(
-        spec, driver, order, [w.clone() for w in weights]
+        spec, driver, order, [w.clone() for w in weights], RULES[version]
     )
     if k_init.raised:
         dev = "tied-reload" if spec.ties and isinstance(k_init.error, ReloadStateError) else None
-        record("layerwise reload", [Difference(f"loadkit {k_init.describe()}", dev)])
+        record(f"layerwise reload, {version}", [Difference(f"loadkit {k_init.describe()}", dev)])
         return
     diffs = raised_differences(u_out, k_out, what="load: ")
     if not (u_out.raised or k_out.raised) and driver == "auto" and u_out.value != k_out.value:
@@ -195,7 +226,7 @@ def test_layerwise_reload_like_upstream(up, case):
             return "late-load"  # upstream wrote it into the live tensor; loadkit dropped it
         if layer in bn:
             return "bn-stats"  # the stats, and the layer finalised at another moment
-        return _value_deviation(name, u, k, initial[name], loaded)
+        return _value_deviation(name, u, k, initial[name], loaded, RULES[version])
 
     diffs += tensor_differences(u_model, k_model, deviation)
     for model, before, side in ((u_model, u_before, "upstream"), (k_model, k_before, "loadkit")):
@@ -206,7 +237,8 @@ def test_layerwise_reload_like_upstream(up, case):
         # Upstream buffered the load that raised and raised it again when finalising, leaving
         # that layer materialised but not copied back: everything after follows from that.
         diffs = [Difference(d.what, d.deviation or "failed-load") for d in diffs]
-    record("layerwise reload", diffs, f"driver {driver}, order {order}, spec {spec}")
+    context = f"driver {driver}, order {order}, spec {spec}"
+    record(f"layerwise reload, {version}", diffs, context)
 
 
 def _trace_difference(what, u_events, k_events, bn_layers) -> list[Difference]:
@@ -236,14 +268,22 @@ def _trace_difference(what, u_events, k_events, bn_layers) -> list[Difference]:
     return [Difference(text, d) for d in devs] or [Difference(text)]
 
 
-def _value_deviation(name, u, k, initial, loaded) -> str | None:
-    """Why a final value may differ: a tensor no load of this reload reached."""
+def _value_deviation(name, u, k, initial, loaded, rules) -> str | None:
+    """Why a final value may differ: elements no load of this reload wrote, which loadkit filled.
+
+    Upstream never moves a tensor named ``bias`` to meta, so those elements keep their old value
+    there (all of them, or a padded bias's padding); before 0.34.0 torch fills an integer's
+    uninitialised memory with its largest value where loadkit's ``fill="nan"`` writes 0."""
     layer, _, leaf = name.rpartition(".")
-    if (layer, leaf) in loaded:
+    differ = u != k
+    if k.is_floating_point():
+        differ &= ~(u.isnan() & k.isnan())
+    nan = rules.get("fill") == "nan" and k.is_floating_point()
+    filled = k[differ].isnan().all() if nan else (k[differ] == 0).all()
+    if not differ.any() or not filled:
         return None
-    filled = k.isnan().all() if k.is_floating_point() else (k == 0).all()
-    if not filled:
-        return None
-    if leaf == "bias" and same_tensor(u, initial):
-        return "bias-on-meta"  # upstream never moved it to meta: it keeps its old value
-    return "nan-fill"  # upstream copies back whatever torch.empty held
+    if leaf == "bias" and torch.equal(u[differ], initial[differ]):
+        return "bias-on-meta"  # upstream never moved it to meta: it keeps its old values
+    if not k.is_floating_point() and rules.get("fill") == "nan" and (layer, leaf) not in loaded:
+        return "stale-fill"
+    return None

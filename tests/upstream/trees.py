@@ -12,6 +12,7 @@ depend only on its position, so both builds start equal.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,12 @@ class TensorSpec:
     kind: str = "param"  # "param", "buffer" (persistent) or "buffer-np" (non-persistent)
     loader: str = "default"
     dtype: torch.dtype = torch.float32
+    pad: int = 0  # rows of padding after the checkpoint's (a "padded" loader never writes them)
+
+    @property
+    def ckpt_shape(self) -> tuple[int, ...]:
+        """The checkpoint tensor's shape: the tensor's, less its padding rows."""
+        return (self.shape[0] - self.pad, *self.shape[1:]) if self.pad else self.shape
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,9 @@ def join(prefix: str, name: str) -> str:
 
 
 @st.composite
-def tensor_specs(draw, names, *, buffers: bool = True):
+def tensor_specs(draw, names, *, buffers: bool = True, padding: bool = False):
+    """``padding``: some parameters get rows the checkpoint does not have (``weight_loader_numel``
+    says how many elements it fills), loaded by a loader that writes only the checkpoint rows."""
     out = []
     for name in names:
         kind = "param"
@@ -107,16 +116,22 @@ def tensor_specs(draw, names, *, buffers: bool = True):
         if loader == "refuses" and not draw(rare(12)):
             loader = "default"
         dtype = draw(st.sampled_from([torch.float32, torch.float32, torch.bfloat16]))
-        out.append(TensorSpec(name, shape, kind, loader, dtype))
+        pad = 0
+        if padding and kind == "param" and draw(rare(3)):
+            pad, loader = draw(st.integers(1, 2)), "padded"
+            shape = (shape[0] + pad, *shape[1:])
+        out.append(TensorSpec(name, shape, kind, loader, dtype, pad))
     return tuple(out)
 
 
 @st.composite
-def node_specs(draw, name="", depth=0, *, max_depth=3, own_loaders=True, batchnorm=True):
+def node_specs(
+    draw, name="", depth=0, *, max_depth=3, own_loaders=True, batchnorm=True, padding=False
+):
     if depth and batchnorm and draw(rare(10)):
         return NodeSpec(name, batchnorm=draw(st.integers(1, 3)))
     tnames = draw(st.lists(st.sampled_from(TENSOR_NAMES), unique=True, max_size=3))
-    tensors = draw(tensor_specs(tnames))
+    tensors = draw(tensor_specs(tnames, padding=padding))
     children: list[NodeSpec] = []
     if depth < max_depth:
         free = [c for c in CHILD_NAMES if c not in tnames]
@@ -130,6 +145,7 @@ def node_specs(draw, name="", depth=0, *, max_depth=3, own_loaders=True, batchno
                         max_depth=max_depth,
                         own_loaders=own_loaders,
                         batchnorm=batchnorm,
+                        padding=padding,
                     )
                 )
             )
@@ -174,6 +190,12 @@ def param_loader(kind: str, side: Side):
             param.data.copy_(loaded_weight + 1)  # no shape check of its own
 
         return offset
+    if kind == "padded":
+
+        def padded(param, loaded_weight):
+            param.data.narrow(0, 0, loaded_weight.shape[0]).copy_(loaded_weight)
+
+        return padded
     if kind == "refuses":
 
         def refuses(param, loaded_weight):
@@ -243,6 +265,8 @@ def build(spec: TreeSpec, side: Side) -> nn.Module:
                 loader = param_loader(t.loader, side)
                 if loader is not None:
                     p.weight_loader = loader
+                if t.pad:  # as vLLM 0.31.0's unquantized MoE weights declare it
+                    p.weight_loader_numel = math.prod(t.ckpt_shape)
                 module.register_parameter(t.name, p)
             else:
                 module.register_buffer(t.name, value, persistent=t.kind == "buffer")

@@ -17,6 +17,10 @@ written by ``data/generate.py``, larger ones by ``benchmarks/gemma4_checkpoint.p
 generator, header inference).
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.models.gemma4.checkpoint import (
     checkpoint_layout,
     config_from_checkpoint,

@@ -15,6 +15,10 @@ full logits. ``config_from_checkpoint`` sizes the model from a header alone.
 ``checkpoint`` (layout, generator, writer, header inference).
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.models.llama.checkpoint import (
     checkpoint_layout,
     config_from_checkpoint,

@@ -16,6 +16,10 @@ every logit NaN, as upstream's dropped ``mixer.D`` did.
 in each key order, header inference).
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.models.nemotron_h.checkpoint import (
     A_RANGE,
     DT_GRID,

@@ -21,6 +21,10 @@ mamba scan.
 ``checkpoint`` (the generator and the header inference).
 """
 
+from loadkit.errors import require_torch
+
+require_torch(__name__)  # one line naming the extra, not "No module named torch"
+
 from loadkit.models.plamo2.checkpoint import (
     checkpoint_name,
     config_from_checkpoint,

@@ -489,7 +489,7 @@ def test_an_internal_error_is_exit_3_in_one_line(tmp_path, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr(cli, "inspect", broken)
+    monkeypatch.setattr(cli, "inspect_checkpoint", broken)
     assert main(["inspect", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert err == (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from loadkit.models.transformers import (
     choose_wrapper,
     from_config,
 )
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
 from loadkit_inspect.models.registry import ModelSpecError
@@ -268,9 +270,13 @@ def test_cli_clean_and_broken_checkpoints(hf_clean, tmp_path, capsys, loadkit_cl
     folder = hf_clean("llama")
     assert main(["inspect", str(folder), "--model", "hf"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("transformers: would load cleanly | vllm: would load cleanly\n")
+    both = (
+        f"transformers {version('transformers')}: would load cleanly | vllm {VLLM_VERSION}: "
+        "would load cleanly"
+    )
+    assert out.startswith(both + "\n")
     assert "built LlamaModel" in out
-    assert "verdict: transformers: would load cleanly | vllm: would load cleanly (exit 0)" in out
+    assert f"verdict: {both} (exit 0)" in out
     tensors = read_tensors(folder)
     del tensors["model.layers.1.mlp.up_proj.weight"]
     broken = write_variant(folder, tensors, tmp_path / "broken")

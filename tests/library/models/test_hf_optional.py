@@ -17,6 +17,7 @@ import pytest
 from repo_paths import DATA, REPO
 
 from loadkit.models.transformers.config import INSTALL_HINT
+from loadkit.terms import VLLM_VERSION
 
 WITHOUT_TRANSFORMERS = """
 import runpy, sys
@@ -137,4 +138,4 @@ def test_a_built_in_model_on_the_command_line_without_transformers():
         "inspect", str(DATA / "plamo2" / "untied.safetensors"), "--model", "plamo2"
     )
     assert out.returncode == 0, out.stderr
-    assert "verdict: would load cleanly" in out.stdout
+    assert f"verdict: vllm {VLLM_VERSION}: would load cleanly" in out.stdout

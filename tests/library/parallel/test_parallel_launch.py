@@ -246,6 +246,27 @@ def test_progress_bars_show_every_rank_of_every_job_to_the_end(checkpoint, capsy
     assert err.count(f"| {size}/{size} [") == 4  # each bar closed at the checkpoint's bytes
 
 
+def test_a_script_without_the_main_guard_fails_loudly(checkpoint, tmp_path):
+    """Each rank process imports the script it was launched from: unguarded, the script launches
+    again inside the rank, which dies. The launch raises, naming the guard (no list of dead
+    ranks handed back as results), so the script exits non-zero."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from loadkit.executor.launcher import run_one\n"
+        "from loadkit.models.llama import model_from_checkpoint\n"
+        f"run = run_one({str(checkpoint)!r}, 2, model=model_from_checkpoint)\n"
+        "print('returned', run.ok)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, script.name], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "returned" not in done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("loadkit.errors.TensorParallelError: every rank died before reporting")
+    assert "rank 0: exited with status 1 without reporting" in last
+    assert 'under `if __name__ == "__main__":`' in last
+
+
 def test_killing_the_launcher_leaves_no_rank_behind(checkpoint, tmp_path):
     """The launcher is SIGKILLed while a rank hangs mid-load: every process it started (the
     fork server and the ranks) ends on its own within seconds."""

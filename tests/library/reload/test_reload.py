@@ -15,6 +15,7 @@ from loadkit.reload.layerwise import (
     UnloadedLayerWarning,
     finalize_layerwise_reload,
     initialize_layerwise_reload,
+    max_layer_reload_bytes,
     record_metadata_for_reloading,
     reload_log,
 )
@@ -36,10 +37,11 @@ class Mixer(torch.nn.Module):
         self.conv1d = torch.nn.Linear(3, 2)  # a child: a layer of its own
 
 
-def reload(model, weights, order, behaviour, params=None):
-    """Record, initialise, load ``order`` through each parameter's loader, finalise."""
+def reload(model, weights, order, behaviour, params=None, fill="nan"):
+    """Record, initialise, load ``order`` through each parameter's loader, finalise (with NaN
+    where no load wrote, unless ``fill`` says otherwise)."""
     record_metadata_for_reloading(model)
-    initialize_layerwise_reload(model, behaviour=behaviour)
+    initialize_layerwise_reload(model, behaviour=behaviour, fill=fill)
     params = params or dict(model.named_parameters())  # resolved once, as load paths do
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -126,7 +128,7 @@ def test_wrapped_loader_keeps_param_first_and_counts_on_meta():
     mixer = Mixer()
     record_metadata_for_reloading(mixer)
     live_d = mixer.D
-    initialize_layerwise_reload(mixer)
+    initialize_layerwise_reload(mixer, fill="nan")
     stand_in = mixer.D
     assert stand_in.is_meta and not live_d.is_meta
     wrapped = stand_in.weight_loader
@@ -146,7 +148,7 @@ def test_wrapped_loader_keeps_param_first_and_counts_on_meta():
 def test_live_parameter_loads_after_finalisation_are_dropped():
     mixer = Mixer()
     record_metadata_for_reloading(mixer)
-    initialize_layerwise_reload(mixer, behaviour="old")
+    initialize_layerwise_reload(mixer, behaviour="old", fill="nan")
     for n in ("A", "dt_bias"):
         getattr(mixer, n).weight_loader(getattr(mixer, n), LOADED[n])
     assert not mixer.D.is_meta  # finalised: the live parameters are back in the layer
@@ -182,7 +184,7 @@ def test_finalize_partly_loaded_and_untouched_layers():
     model = torch.nn.Sequential(Mixer(), torch.nn.Linear(2, 2))
     keep = model[1].weight.detach().clone()
     record_metadata_for_reloading(model)
-    initialize_layerwise_reload(model)
+    initialize_layerwise_reload(model, fill="nan")
     model[0].A.weight_loader(model[0].A, LOADED["A"])
     with pytest.warns(PartialLayerWarning) as rec:
         partly = finalize_layerwise_reload(model)
@@ -277,8 +279,9 @@ def test_outcome_matches_a_count_simulation(sizes, order, behaviour):
 
 
 def test_layers_are_materialised_one_after_another_in_one_scratch_buffer():
+    n = 512  # 1 MiB of float32 per layer: large enough for the arena
     model = torch.nn.Sequential(
-        torch.nn.Linear(3, 3, bias=False), torch.nn.Linear(3, 3, bias=False)
+        torch.nn.Linear(n, n, bias=False), torch.nn.Linear(n, n, bias=False)
     )
     seen = []
 
@@ -291,9 +294,9 @@ def test_layers_are_materialised_one_after_another_in_one_scratch_buffer():
         lin.weight.weight_loader = loader
     live = [lin.weight.data_ptr() for lin in model]
     record_metadata_for_reloading(model)
-    initialize_layerwise_reload(model)
+    initialize_layerwise_reload(model, fill="nan")
     for i, lin in enumerate(model):
-        lin.weight.weight_loader(lin.weight, torch.full((3, 3), float(i)))
+        lin.weight.weight_loader(lin.weight, torch.full((n, n), float(i)))
     finalize_layerwise_reload(model)
     assert seen[0][0] == seen[1][0] and seen[0][0] not in live  # reused, and not the live storage
     assert seen[0][1] and seen[1][1]  # NaN before each replay, though the buffer was reused
@@ -355,3 +358,135 @@ def test_a_layers_total_counts_its_buffers_too():
     step = reload_log(layer)[0]
     assert (step.parameter, step.counted, step.running, step.total) == ("weight", 4, 4, 9)
     assert not step.finalised and partly == [""]  # 4 of 9: still open when finalize came
+
+
+# --- vLLM 0.31.0 to 0.34.0: padding, fills, deferred processing, post-load hooks --------------
+
+
+class Padded(torch.nn.Module):
+    """A weight of 2 x 8 whose checkpoint tensor is 2 x 6: rows 6 and 7 are padding, which the
+    loader never writes and ``weight_loader_numel`` leaves out (as vLLM's unquantized MoE)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(2, 8), requires_grad=False)
+        self.w.weight_loader_numel = 12
+        self.w.weight_loader = self.load_w
+        self.b = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+
+    @staticmethod
+    def load_w(param, loaded_weight):
+        param.data[:, :6].copy_(loaded_weight)
+
+
+PADDED_UPDATE = {"w": torch.arange(12.0).view(2, 6) + 1, "b": torch.tensor([5.0, 6.0])}
+
+
+def _reload_padded(**rules):
+    layer = Padded()
+    record_metadata_for_reloading(layer)
+    initialize_layerwise_reload(layer, **rules)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in ("w", "b"):
+            p = getattr(layer, name)
+            p.weight_loader(p, PADDED_UPDATE[name])
+        partly = finalize_layerwise_reload(layer)
+    return layer, partly, caught
+
+
+@pytest.mark.parametrize(
+    ("padding", "fill", "finalised_by", "pad"),
+    [
+        ("counted", "stale", "finalize_layerwise_reload", [1.25, 1.75, 1.25, 1.75]),  # 0.30.0
+        ("excluded", "stale", "count reached total", [1.25, 1.75, 1.25, 1.75]),  # 0.31.0
+        ("excluded", "zero", "count reached total", [0.0, 0.0, 0.0, 0.0]),  # 0.34.0
+    ],
+)
+def test_padding_is_counted_or_excluded_and_keeps_the_fill(padding, fill, finalised_by, pad):
+    layer, partly, _ = _reload_padded(padding=padding, fill=fill)
+    steps = reload_log(layer)
+    total = 18 if padding == "counted" else 14
+    assert [(s.parameter, s.counted, s.total) for s in steps[:2]] == [
+        ("w", 12, total),
+        ("b", 2, total),
+    ]
+    assert [s.reason for s in steps if s.finalised] == [finalised_by]
+    assert partly == ([""] if padding == "counted" else [])
+    assert torch.equal(layer.w[:, :6], PADDED_UPDATE["w"])
+    assert layer.w[:, 6:].flatten().tolist() == pad  # elements 6, 7, 14, 15 of the ramp
+
+
+def test_the_stale_fill_is_a_fixed_non_zero_pattern_in_every_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool):
+        from loadkit.reload.layer import stale_fill_
+
+        t = stale_fill_(torch.zeros(16, dtype=dtype))
+        assert bool((t != 0).all()), dtype
+        assert torch.equal(t[:8], t[8:])
+    assert stale_fill_(torch.zeros(8, dtype=torch.int32)).tolist() == [1, 2, 3, 4, 5, 6, 7, 1]
+
+
+def test_zero_is_the_default_fill_and_nan_and_stale_are_chosen():
+    for fill, check in (
+        ("zero", lambda d: bool((d == 0).all())),
+        ("nan", lambda d: bool(d.isnan().all())),
+        ("stale", lambda d: d.tolist() == [-1.75, -1.25, -0.75, -0.25]),
+    ):
+        mixer = Mixer()
+        keywords = {} if fill == "zero" else {"fill": fill}
+        record_metadata_for_reloading(mixer)
+        initialize_layerwise_reload(mixer, behaviour="old", **keywords)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for n in ("A", "dt_bias", "D"):
+                getattr(mixer, n).weight_loader(getattr(mixer, n), LOADED[n])
+            finalize_layerwise_reload(mixer)
+        assert check(mixer.D.detach()), fill  # D was dropped: it shows the fill
+
+
+def test_deferred_processing_finalises_only_in_finalize():
+    mixer = Mixer()
+    record_metadata_for_reloading(mixer)
+    initialize_layerwise_reload(mixer, defer_processing=True)
+    for n in ("A", "dt_bias", "D"):
+        getattr(mixer, n).weight_loader(getattr(mixer, n), LOADED[n])
+    assert mixer.D.is_meta  # complete, but not finalised
+    with pytest.warns(UnloadedLayerWarning):
+        assert finalize_layerwise_reload(mixer) == []  # complete: not "partly loaded"
+    assert [(s.parameter, s.reason) for s in reload_log(mixer)][-1] == (
+        "",
+        "finalize_layerwise_reload",
+    )
+    assert torch.equal(mixer.D, LOADED["D"])
+
+
+def test_finalize_runs_post_load_hooks_children_first():
+    ran = []
+
+    class Hooked(torch.nn.Module):
+        def __init__(self, name, *children):
+            super().__init__()
+            self.name = name
+            self.w = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+            self.kids = torch.nn.ModuleList(children)
+
+        def process_weights_after_loading(self):
+            ran.append((self.name, float(self.w)))
+
+    shared = Hooked("shared")
+    model = Hooked("root", Hooked("a", shared), Hooked("b", shared))
+    record_metadata_for_reloading(model)
+    initialize_layerwise_reload(model)
+    for name, p in model.named_parameters():
+        p.weight_loader(p, torch.full((1,), float(len(name))))
+    finalize_layerwise_reload(model)
+    # Children first; the module two parents share runs once, before both; each sees its load.
+    assert ran == [("shared", 15.0), ("a", 8.0), ("b", 8.0), ("root", 1.0)]  # len(name)
+
+
+def test_max_layer_reload_bytes_is_the_largest_recorded_layer():
+    model = torch.nn.Sequential(Mixer(), torch.nn.Linear(8, 8, dtype=torch.bfloat16))
+    assert max_layer_reload_bytes(model) == 0  # nothing recorded yet
+    record_metadata_for_reloading(model)
+    assert max_layer_reload_bytes(model) == (64 + 8) * 2  # the bfloat16 Linear: 144 bytes

@@ -2,7 +2,9 @@
 
 Its sections are the pipeline's records (``loadkit_inspect.inspector``): ``checkpoint``
 (headers), ``mapper`` (every name traced through the rules), and with a model ``model``,
-``probe``, ``load``, ``fix`` and ``tensor_parallel``. Torch-free: the header-only path builds one.
+``probe``, ``load``, ``fix`` and ``tensor_parallel``. Each section's record renders its own JSON
+and text; the report puts them in order, the loaders' headline first and the verdict last.
+Torch-free: the header-only path builds one.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import json
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from loadkit.checkpoint.dtypes import DTYPES
+from loadkit.errors import printable
 from loadkit.fmt import plural
 from loadkit_inspect.report.layout import LayoutNode, build_layout
-from loadkit_inspect.report.render import render_report
+from loadkit_inspect.report.probe import probe_as_dict, render_probe
 from loadkit_inspect.report.summary import CheckpointSummary
+from loadkit_inspect.report.text import joined_problems
 
 if TYPE_CHECKING:
     from loadkit.pooling.probe import ProbeRecord
@@ -30,19 +35,6 @@ SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each ver
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 
 
-def _probe_dict(v: ProbeRecord) -> dict[str, Any]:
-    return {
-        "hit": v.hit,
-        "prefix": v.prefix,
-        "hit_index": v.hit_index,
-        "hit_key": v.hit_key,
-        "clones": v.clones,
-        "cloned_bytes": v.cloned_bytes,
-        "total_keys": v.forwarded,
-        "total_bytes": v.forwarded_bytes,
-    }
-
-
 class InspectReport:
     """The report: ``checkpoint`` (headers), and with a model ``model``, ``probe``, ``load``;
     ``mapper`` whenever a mapper is involved. ``render()`` is the CLI's text, ``to_json()`` its
@@ -51,6 +43,7 @@ class InspectReport:
     def __init__(
         self,
         checkpoint: CheckpointSummary,
+        *,
         mapper: MapperReport | None = None,
         model: ModelSummary | None = None,
         probe: dict[str, ProbeRecord] | None = None,
@@ -134,7 +127,7 @@ class InspectReport:
         ``vllm``) what ``--tp`` found."""
         if self.loaders and len(self.selected_loaders) > 1:
             chosen = [self.loaders[n] for n in self.selected_loaders]
-            return [f"{v.loader}: {p}" for v in chosen for p in v.problems]
+            return [f"{v.label}: {p}" for v in chosen for p in v.problems]
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
@@ -159,7 +152,7 @@ class InspectReport:
             "layout": self.folded_layout.as_dict(),
             "mapper": self.mapper.as_dict() if self.mapper else None,
             "model": self.model.as_dict() if self.model else None,
-            "probe": {b: _probe_dict(v) for b, v in self.probe.items()} if self.probe else None,
+            "probe": probe_as_dict(self.probe) if self.probe else None,
             "load": self.load.as_dict() if self.load else None,
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
@@ -178,7 +171,131 @@ class InspectReport:
 
     def render(self, *, limit: int = 20, max_depth: int | None = None) -> str:
         """The report as text: the sections in order, each list capped at ``limit`` rows."""
-        return render_report(self, limit=limit, max_depth=max_depth)
+        lines: list[str] = []
+        head = self._headline()
+        if head is not None:  # which loaders would load it, before anything else
+            lines += [head, ""]
+        if self.fix is not None:  # the answer first: the rule that fixes the load
+            lines += [*self.fix.render(limit), ""]
+        elif self.not_offered is not None:  # or the rules considered, and why none is offered
+            lines += [*self.not_offered.render(limit), ""]
+        lines += self.checkpoint.render(limit)
+        lines += ["", *self.folded_layout.section(limit, max_depth)]
+        if self.mapper is not None:
+            lines += ["", *self.mapper.render(limit)]
+        if self.model is not None:
+            lines += ["", *self.model.render()]
+        if self.probe is not None:
+            lines += ["", *render_probe(self.probe)]
+        if self.load is not None and self.model is not None:
+            # With two loaders this section is vLLM's: say so (the transformers one follows).
+            lines += ["", *self._load_lines(limit, "vllm loader: " if head is not None else "")]
+        if self.from_pretrained is not None:
+            verdict = (self.loaders or {}).get("transformers")
+            lines += ["", *self.from_pretrained.render(limit, verdict)]
+        if self.tensor_parallel is not None:
+            lines += ["", *(printable(line) for line in self.tensor_parallel.render(limit))]
+        return "\n".join([*lines, "", *self._warnings(), *self._final_verdict(head)])
+
+    def _load_lines(self, limit: int, loader: str) -> list[str]:
+        from loadkit_inspect.report.records import render_load  # a model's report only
+
+        assert self.load is not None
+        dtypes = self.checkpoint.dtypes
+        major = max(dtypes, key=lambda d: dtypes[d][0]) if dtypes else None
+        fix = self.fix
+        return render_load(
+            self.load,
+            limit,
+            explained_keys=fix.explained_keys() if fix else (),
+            explained_tensors=fix.explained_tensors() if fix else (),
+            majority=(DTYPES[major][0] if major in DTYPES else major) if major else None,
+            loader=loader,
+        )
+
+    def _headline(self) -> str | None:
+        """Every selected loader's verdict side by side, for a model with more than one loader
+        (one line per loader when they do not fit on one)."""
+        if not self.loaders or len(self.loaders) < 2:
+            return None
+        from loadkit.fmt import WIDTH, wrap
+        from loadkit_inspect.loaders import headline
+
+        verdicts = [self.loaders[n] for n in self.selected_loaders]
+        line = printable(headline(verdicts))
+        if len(line) + len("verdict: ") <= WIDTH:
+            return line
+        return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
+
+    def _warnings(self) -> list[str]:
+        """Patterns of the load rules that matched nothing: said last, by the verdict they
+        leave unchanged."""
+        unmatched = self.load.unmatched_patterns if self.load is not None else []
+        return [f"warning: {printable(u.message())}" for u in unmatched]
+
+    def _final_verdict(self, head: str | None) -> list[str]:
+        """The last line(s): the verdict and the exit status; ``head``: the loaders' headline."""
+        inconsistent = len(self.checkpoint.inconsistent)
+        strict = self.strict_index and inconsistent
+        index = ""
+        if inconsistent and not strict and not self.checkpoint.failing:
+            index = (
+                f"; the index is inconsistent ({plural(inconsistent, 'problem')} above; loaders "
+                "read the files it names, not its list of keys)"
+                if self.checkpoint.index
+                else f"; the files are inconsistent ({plural(inconsistent, 'problem')} above; "
+                "loaders read every copy of a key, the last one stays)"
+            )
+        if self.clean is None and (self.checkpoint.failing or strict):
+            disagree = (
+                "the index disagrees with its shards"
+                if self.checkpoint.index
+                else "the files cannot all be read"
+            )
+            return [
+                f"verdict: {disagree}: {joined_problems(self.problems())}; no model given, so "
+                "names were not matched (exit 1)"
+            ]
+        if self.clean is None:
+            return [
+                f"verdict: headers valid{index}; no model given, so names were not matched (exit 0)"
+            ]
+        if head is not None or self.clean:  # each loader's column says its own problems
+            return self._loads(head, index)
+        label = self._label()
+        lines = [f"verdict: {label}would NOT load: {joined_problems(self.problems())} (exit 1)"]
+        if self.fix is not None and self.fix.proven:
+            lines.append("         (it would load cleanly with the suggested fix, at the top)")
+        return lines
+
+    def _loads(self, head: str | None, index: str) -> list[str]:
+        """The verdict when the selected loaders say it loads (or, with ``head``, each
+        loader's)."""
+        tp = self.tensor_parallel
+        where = ""
+        if tp is not None and not tp.ok:  # vLLM's refusal: its column says it
+            pass
+        elif tp is not None and tp.simulated:
+            where = f" on each of {tp.tp} ranks"
+        elif tp is not None:  # nothing was loaded per rank: say what was checked
+            where = (
+                f" (tp={tp.tp}: the config's head counts and vocabulary split checked; "
+                "no rank simulated)"
+            )
+        if head is None:
+            return [f"verdict: {self._label()}would load cleanly{where}{index} (exit 0)"]
+        status = f"(exit {0 if self.clean else 1})"
+        said = f"{where}{index}".removeprefix("; ").strip()
+        if "\n" in head:  # one loader a line, under the word "verdict"
+            rows = [*("  " + row for row in head.splitlines()), f"  {said} {status}".rstrip()]
+            return ["verdict:", *rows] if said else ["verdict:", *rows[:-1], f"  {status}"]
+        return [f"verdict: {head}{where}{index} {status}"]
+
+    def _label(self) -> str:
+        """The one selected loader and its version, before its verdict: ``vllm 0.34.0: ``."""
+        if self.loaders and len(self.selected_loaders) == 1:
+            return f"{self.loaders[self.selected_loaders[0]].label}: "
+        return ""
 
     def __str__(self) -> str:
         return self.render()

@@ -192,7 +192,8 @@ class InspectReport:
             lines += ["", *self._load_lines(limit, "vllm loader: " if head is not None else "")]
         if self.from_pretrained is not None:
             verdict = (self.loaders or {}).get("transformers")
-            lines += ["", *self.from_pretrained.render(limit, verdict)]
+            said = verdict.phrase() if verdict is not None else None
+            lines += ["", *self.from_pretrained.render(limit, said)]
         if self.tensor_parallel is not None:
             lines += ["", *(printable(line) for line in self.tensor_parallel.render(limit))]
         return "\n".join([*lines, "", *self._warnings(), *self._final_verdict(head)])

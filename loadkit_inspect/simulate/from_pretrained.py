@@ -47,7 +47,6 @@ from loadkit_inspect.sources.files import FileChoice, Raised
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-    from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.options import LoadRules
 
 TRANSFORMERS = "transformers"
@@ -196,11 +195,12 @@ class FromPretrained(NamedTuple):
             "files": self.files.as_dict() if self.files else None,
         }
 
-    def render(self, limit: int, verdict: LoaderVerdict | None = None) -> list[str]:
+    def render(self, limit: int, verdict: str | None = None) -> list[str]:
         """The ``transformers`` loader's section: what ``from_pretrained`` would do, in its own
-        terms (``verdict``: its verdict, ``--strict-index`` included, when the report has one),
-        the files it reads, and its load report's lists, each capped at ``limit`` rows."""
-        said = verdict.phrase() if verdict is not None else f"outcome: {self.outcome}"
+        terms (``verdict``: its verdict's phrase, ``--strict-index`` included, when the report
+        has one), the files it reads, and its load report's lists, each capped at ``limit``
+        rows."""
+        said = verdict or f"transformers {self.transformers_version}: outcome {self.outcome}"
         lines = [
             f"transformers  {self.cls}.from_pretrained, simulated on the meta device",
             f"  {printable(said)}",

@@ -10,6 +10,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+__all__ = [
+    "TORCH_HINT",
+    "BehaviourError",
+    "CheckpointError",
+    "DuplicateKeyError",
+    "ExcessiveLoadWarning",
+    "HeaderError",
+    "HeaderProblem",
+    "LoadkitError",
+    "MapperConfigError",
+    "MissingExtraError",
+    "MissingShardIdError",
+    "ModelSpecError",
+    "NestedWeightError",
+    "NotDivisibleError",
+    "PartialLayerWarning",
+    "ReloadStateError",
+    "ShapeMismatchError",
+    "ShardIdError",
+    "ShardIndexError",
+    "TensorParallelError",
+    "TruncatedCheckpointError",
+    "UnknownNameError",
+    "UnloadedLayerWarning",
+    "WeightLoadError",
+    "nearest_names",
+    "printable",
+    "require_torch",
+]
+
 
 class LoadkitError(ValueError):
     """Base class of every loadkit error (also ``from loadkit import LoadkitError``)."""
@@ -31,14 +61,14 @@ def require_torch(what: str) -> None:
     ``pip install loadkit`` is the library's torch-free parts and the header-only inspect;
     whatever loads, counts or simulates needs ``pip install 'loadkit[torch]'``.
 
+    Looked up, not imported (a step that fails on its input first never pays for torch).
+
     >>> require_torch("loadkit.loading")  # torch is installed here: nothing happens
     """
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"{what} needs torch, which cannot be imported here ({exc}): {TORCH_HINT}"
-        ) from None
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None:  # also where sys.modules["torch"] is None
+        raise MissingExtraError(f"{what} needs torch, which is not installed: {TORCH_HINT}")
 
 
 class BehaviourError(LoadkitError):

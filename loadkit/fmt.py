@@ -12,6 +12,15 @@ from collections.abc import Sequence
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
+__all__ = [
+    "WIDTH",
+    "format_bytes",
+    "plural",
+    "table",
+    "wrap",
+]
+
+
 def format_bytes(n: int) -> str:
     """A byte count in binary units with three significant figures.
 

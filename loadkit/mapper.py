@@ -34,6 +34,25 @@ from typing import Any, NamedTuple, Protocol
 from loadkit.errors import MapperConfigError
 from loadkit.terms import BEHAVIOURS, Behaviour, check_behaviour
 
+__all__ = [
+    "ALL_STAGES",
+    "STAGES",
+    "MapStep",
+    "MapTrace",
+    "Rematch",
+    "Renaming",
+    "ShardId",
+    "ShardIds",
+    "WeightsMapper",
+    "WeightsTransformFn",
+    "rematch_examples",
+    "renaming_label",
+    "renaming_target",
+    "rule_text",
+    "stacked_rematches",
+]
+
+
 STAGES = ("regex", "substr", "stacked", "prefix", "suffix")  # the rule tables (dicts)
 ALL_STAGES = ("renaming", *STAGES)  # the order names go through
 

@@ -14,6 +14,19 @@ from typing import Literal, TypeVar, overload
 
 from loadkit.errors import BehaviourError
 
+__all__ = [
+    "BEHAVIOURS",
+    "CLEAN_STATUSES",
+    "ENTRY_STATUSES",
+    "KEY_STATUSES",
+    "PARAM_STATUSES",
+    "VLLM_VERSION",
+    "Behaviour",
+    "Status",
+    "check_behaviour",
+]
+
+
 # The vLLM release whose loading code loadkit's "new" behaviour and API follow: what a
 # ``vllm`` verdict of ``loadkit inspect`` answers for (docs/fidelity.md).
 VLLM_VERSION = "0.28.0"

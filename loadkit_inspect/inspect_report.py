@@ -13,7 +13,7 @@ import json
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from loadkit.checkpoint.dtypes import DTYPES
+from loadkit.checkpoint import DTYPES
 from loadkit.errors import printable
 from loadkit.fmt import plural
 from loadkit_inspect.report.layout import LayoutNode, build_layout
@@ -22,7 +22,7 @@ from loadkit_inspect.report.summary import CheckpointSummary
 from loadkit_inspect.report.text import joined_problems
 
 if TYPE_CHECKING:
-    from loadkit.pooling.probe import ProbeRecord
+    from loadkit.pooling import ProbeRecord
     from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
     from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.mapper_trace import MapperReport
@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each version added
 # A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
+
+
+# Where the two loaders' disagreement is explained (one load clean, the other not).
+FIDELITY_POINTER = [
+    "(the loaders disagree: where and why, architecture by architecture, from each loader's code:",
+    ' docs/fidelity.md, "Where the two loaders differ")',
+]
 
 
 class InspectReport:
@@ -174,7 +181,7 @@ class InspectReport:
         lines: list[str] = []
         head = self._headline()
         if head is not None:  # which loaders would load it, before anything else
-            lines += [head, ""]
+            lines += [head, *self._disagreement(), ""]
         if self.fix is not None:  # the answer first: the rule that fixes the load
             lines += [*self.fix.render(limit), ""]
         elif self.not_offered is not None:  # or the rules considered, and why none is offered
@@ -227,6 +234,16 @@ class InspectReport:
         if len(line) + len("verdict: ") <= WIDTH:
             return line
         return "\n".join(wrap(printable(v.phrase())) for v in verdicts)
+
+    def _disagreement(self) -> list[str]:
+        """A pointer to the page that explains, architecture by architecture, why the two
+        loads disagree: one loader's load is clean, the other's is not (a refusal of ``--tp`` or
+        of the index is said where it is found, not there)."""
+        both = {"vllm", "transformers"} <= set(self.selected_loaders)
+        tf = (self.loaders or {}).get("transformers")
+        if not both or tf is None or self.load is None or tf.clean == self.load.clean:
+            return []
+        return FIDELITY_POINTER
 
     def _warnings(self) -> list[str]:
         """Patterns of the load rules that matched nothing: said last, by the verdict they

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from loadkit.mapper import WeightsMapper
-    from loadkit.pooling.probe import ProbeRecord
+    from loadkit.pooling import ProbeRecord
     from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
     from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.mapper_trace import MapperReport
@@ -308,7 +308,7 @@ def probe_prefixes(
     (``probe`` ``None``) a pooling model."""
     if not (probe or (probe is None and built.summary.pooling)):
         return None
-    from loadkit.pooling.probe import predict_probe
+    from loadkit.pooling import predict_probe
 
     params = {name for name, _ in built.module.named_parameters()}
     keys = [(t.name, t.nbytes) for t in read.infos]

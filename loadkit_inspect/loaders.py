@@ -246,6 +246,6 @@ def select_loaders(choice: str, available: tuple[str, ...]) -> tuple[str, ...]:
 def available_loaders(module: Any) -> tuple[str, ...]:
     """``("transformers", "vllm")`` for a model built from a transformers class (``--model hf``),
     else ``("vllm",)``."""
-    from loadkit.models.transformers.base import Base
+    from loadkit.models.transformers import Base
 
     return (TRANSFORMERS, VLLM) if isinstance(module, Base) else (VLLM,)

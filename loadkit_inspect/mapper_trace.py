@@ -144,7 +144,7 @@ def parse_mapper(
     text = str(rules)
     source = "--mapper"
     if not text.lstrip().startswith(("{", "[")):
-        from loadkit.checkpoint.shards import open_regular
+        from loadkit.checkpoint import open_regular
 
         path = Path(text)
         try:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -120,7 +121,7 @@ def test_the_import_graph_sees_real_edges():
     # The checks below are only as good as the graph: it must see the imports we know of.
     assert "loadkit_inspect.report.probe" in GRAPH["loadkit_inspect.inspect_report"]  # module level
     assert "loadkit_inspect.models.registry" in GRAPH["loadkit_inspect.inspector"]  # in a function
-    assert "loadkit.pooling.probe" in GRAPH["loadkit_inspect.report.probe"]  # under TYPE_CHECKING
+    assert "loadkit.pooling" in GRAPH["loadkit_inspect.report.probe"]  # under TYPE_CHECKING
     assert "loadkit.errors" in GRAPH["loadkit.terms"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -203,6 +204,120 @@ def test_the_layer_check_sees_what_runs_up_or_sideways():
 def test_imports_run_only_down_the_layers():
     # Every import counts: module level, inside functions and under TYPE_CHECKING.
     assert _layer_violations(GRAPH) == []
+
+
+# The tool's own layers, bottom first, by its top-level modules and subpackages (``__init__``: the
+# package's face): a tool module imports its own unit and the layers below, never a peer of its
+# layer nor a layer above. Each report section's record renders its own text, so ``report`` (the
+# sections the others share) sits low and ``inspect_report`` (the whole, in order) high.
+TOOL_LAYERS: list[tuple[str, ...]] = [
+    ("options", "casts", "progress"),
+    ("sources",),
+    ("report",),
+    ("patterns", "mapper_trace", "fixes", "models", "tensor_parallel"),
+    ("simulate",),
+    ("loaders",),
+    ("inspect_report",),
+    ("inspector",),
+    ("cli",),
+    ("__init__", "__main__"),
+]
+
+
+def _tool_unit(module: str) -> tuple[int, str]:
+    """``(layer index, unit)`` of a tool module on ``TOOL_LAYERS``."""
+    parts = module.split(".")
+    unit = parts[1] if len(parts) > 1 else "__init__"
+    for index, layer in enumerate(TOOL_LAYERS):
+        if unit in layer:
+            return index, unit
+    raise LookupError(f"{module} is on no layer of the tool: add its unit to TOOL_LAYERS")
+
+
+def _tool_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for name, deps in sorted(graph.items()):
+        if name.split(".")[0] != "loadkit_inspect":
+            continue
+        layer, unit = _tool_unit(name)
+        for dep in sorted(d for d in deps if d.split(".")[0] == "loadkit_inspect"):
+            dep_layer, dep_unit = _tool_unit(dep)
+            if dep_unit != unit and dep_layer >= layer:
+                where = "a peer on its layer" if dep_layer == layer else "a layer above"
+                out.append(f"{name} imports {dep} ({where})")
+    return out
+
+
+def test_every_tool_module_is_on_a_tool_layer():
+    units = {_tool_unit(m)[1] for m in MODULES if m.split(".")[0] == "loadkit_inspect"}
+    assert units == {u for layer in TOOL_LAYERS for u in layer}
+
+
+def test_the_tool_layer_check_sees_what_runs_up_or_sideways():
+    assert _tool_layer_violations(
+        {
+            "loadkit_inspect.report.summary": {"loadkit_inspect.fixes.fix", "loadkit.errors"},
+            "loadkit_inspect.fixes.fix": {"loadkit_inspect.models.hf", "loadkit_inspect.report"},
+            "loadkit_inspect.inspector": {"loadkit_inspect.cli.main"},
+        }
+    ) == [
+        "loadkit_inspect.fixes.fix imports loadkit_inspect.models.hf (a peer on its layer)",
+        "loadkit_inspect.inspector imports loadkit_inspect.cli.main (a layer above)",
+        "loadkit_inspect.report.summary imports loadkit_inspect.fixes.fix (a layer above)",
+    ]
+
+
+def test_the_tools_imports_run_only_down_its_layers():
+    assert _tool_layer_violations(GRAPH) == []
+
+
+def _library_names_the_tool_imports() -> dict[tuple[str, str], list[str]]:
+    """Every library name a tool module imports, anywhere in its source: ``(module, name)`` (an
+    ``import loadkit.x`` is ``("loadkit.x", "")``) -> the tool modules importing it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, path in MODULES.items():
+        if name.split(".")[0] != "loadkit_inspect":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module.split(".")[0] == "loadkit":
+                    for alias in node.names:
+                        found.setdefault((node.module, alias.name), []).append(name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "loadkit":
+                        found.setdefault((alias.name, ""), []).append(name)
+    return found
+
+
+# The library's faces: its packages (their ``__init__``) and the modules at its top; a face's
+# public names are its ``__all__``.
+LIBRARY_FACES = sorted(
+    m
+    for m, path in MODULES.items()
+    if m.split(".")[0] == "loadkit" and (path.name == "__init__.py" or m.count(".") == 1)
+)
+
+
+def test_every_public_name_of_the_library_exists():
+    for face in LIBRARY_FACES:
+        module = importlib.import_module(face)
+        names = getattr(module, "__all__", [])
+        assert [n for n in names if not hasattr(module, n)] == [], face
+
+
+def test_the_tool_imports_only_the_librarys_public_names():
+    imported = _library_names_the_tool_imports()
+    assert ("loadkit.checkpoint", "IndexProblem") in imported  # the walk sees them
+    private = [
+        f"{module}:{name or '(the module)'} in {', '.join(sorted(set(users)))}"
+        for (module, name), users in sorted(imported.items())
+        if module not in LIBRARY_FACES
+        or name not in getattr(importlib.import_module(module), "__all__", ())
+    ]
+    assert private == []
+    faces = {module for module, _ in imported}
+    print(f"the tool imports {len(imported)} library names from {len(faces)} modules")
 
 
 def test_nothing_below_imports_the_notebook_layer():

@@ -11,6 +11,8 @@ from loadkit.errors import require_torch
 
 require_torch(__name__)  # one line naming the extra, not "No module named torch"
 
+from loadkit.parallel.checks import TPFinding, size_findings
+from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder, Span
 from loadkit.parallel.linear import (
     ColumnParallelLinear,
     MergedColumnParallelLinear,
@@ -37,11 +39,15 @@ from loadkit.parallel.vocab_parallel_embedding import (
 
 __all__ = [
     "ColumnParallelLinear",
+    "CopyRecord",
+    "HoldingsRecorder",
     "MergedColumnParallelLinear",
     "NotDivisibleError",
     "ParallelLMHead",
     "QKVParallelLinear",
     "RowParallelLinear",
+    "Span",
+    "TPFinding",
     "TPGroup",
     "TensorParallelError",
     "VocabParallelEmbedding",
@@ -51,6 +57,7 @@ __all__ = [
     "get_tp_group",
     "pad_vocab_size",
     "simulated_group",
+    "size_findings",
     "use_group",
     "vocab_shard",
 ]

@@ -87,10 +87,13 @@ def _vocab_findings(tp: int, vocab_size: int) -> list[TPFinding]:
     if padded == vocab_size:
         return []
     shards = [vocab_shard(vocab_size, r, tp) for r in range(tp)]
-    pads = ", ".join(f"rank {r} {s.padding_rows}" for r, s in enumerate(shards) if s.padding_rows)
+    # Computed from the sizes, as vocab_shard splits them: true whether or not a rank ran.
+    pads = ", ".join(
+        f"{s.padding_rows} on rank {r}" for r, s in enumerate(shards) if s.padding_rows
+    )
     message = (
         f"vocabulary {vocab_size} padded to {padded} "
-        f"(multiple of {DEFAULT_VOCAB_PADDING_SIZE}), {padded // tp} rows per rank; "
-        f"zero rows: {pads}"
+        f"(a multiple of {DEFAULT_VOCAB_PADDING_SIZE}): {padded // tp} rows per rank, of which "
+        f"padding (zeros, nothing loaded into them): {pads}"
     )
     return [TPFinding("note", "vocab padding", message)]

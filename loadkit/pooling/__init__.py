@@ -1,18 +1,23 @@
 """The pooling adapter: ``adapter`` (``as_pooling_model``, torch) and the probe's decision over
 names, ``probe`` (torch-free, shared with the header-only inspector).
 
-The adapter is imported on first use so that ``loadkit.pooling.probe`` stays torch-free.
+The adapter is imported on first use so that ``loadkit.pooling`` stays torch-free.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_EXPORTS = {"as_pooling_model": "adapter", "ProbeRecord": "probe", "predict_probe": "probe"}
+from loadkit.pooling.probe import ProbeRecord, lookup_name, match_prefix, predict_probe
+
+if TYPE_CHECKING:
+    from loadkit.pooling.adapter import as_pooling_model
+
+__all__ = ["ProbeRecord", "as_pooling_model", "lookup_name", "match_prefix", "predict_probe"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"loadkit.pooling.{_EXPORTS[name]}"), name)
+    if name == "as_pooling_model":
+        return importlib.import_module("loadkit.pooling.adapter").as_pooling_model
     raise AttributeError(f"module 'loadkit.pooling' has no attribute {name!r}")

@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(command_parser=inspect)
     _add_inputs(inspect)
     _add_output(inspect)
-    _add_verdict(inspect, _add_rules(inspect))
+    _add_rules(inspect)
+    _add_verdict(inspect)
     return parser
 
 
@@ -200,8 +201,8 @@ def _add_output(inspect: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_rules(inspect: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """The load rules, as the model's root ``AutoWeightsLoader`` applies them; their group."""
+def _add_rules(inspect: argparse.ArgumentParser) -> None:
+    """The load rules, as the model's root ``AutoWeightsLoader`` applies them, in their group."""
     rules = inspect.add_argument_group(
         "rules",
         "as the model's root AutoWeightsLoader applies them; each repeatable, matching a\n"
@@ -238,10 +239,9 @@ def _add_rules(inspect: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         help="any dtype cast fails the load (by default only incompatible casts do: float into "
         "int, ...)",
     )
-    return rules
 
 
-def _add_verdict(inspect: argparse.ArgumentParser, rules: argparse._ArgumentGroup) -> None:
+def _add_verdict(inspect: argparse.ArgumentParser) -> None:
     """What decides the verdict (``--loader``, ``--strict-index``), and ``--probe``."""
     inspect.add_argument(
         "--loader",
@@ -257,7 +257,7 @@ def _add_verdict(inspect: argparse.ArgumentParser, rules: argparse._ArgumentGrou
         help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "
         "in another shard than it says, a key it does not list, a wrong total_size)",
     )
-    rules.add_argument(
+    inspect.add_argument(  # a report to add, not a load rule: among the options, not "rules:"
         "--probe",
         action="store_true",
         help="report the pooling probe's verdicts for a model that is not a pooling one (only "

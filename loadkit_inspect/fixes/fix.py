@@ -165,10 +165,7 @@ class SuggestedFix:
         for s in self.suggestions:
             key, tensor = s.pairs[0] if s.pairs else ("", "")
             example = f", e.g. {printable(key)} -> {printable(tensor)}" if s.pairs else ""
-            rows.append(
-                f"  {s.rule.stage} {s.rule.old!r} -> {s.rule.new!r}: "
-                f"{plural(len(s.pairs), 'key')}{example}"
-            )
+            rows.append(f"  {s.rule.words()}: {plural(len(s.pairs), 'key')}{example}")
         lines += capped(rows, len(rows), limit, "  ")
         lines += render_refused(self.rejected, limit, "  ")
         if not n:
@@ -231,10 +228,7 @@ class NotOffered:
 
 def render_refused(rejected: list[tuple[Rule, str]], limit: int, indent: str) -> list[str]:
     """One line per rule considered and refused: the rule, and why."""
-    rows = [
-        f"{indent}not offered: {rule.stage} {rule.old!r} -> {rule.new!r}: {printable(why)}"
-        for rule, why in rejected
-    ]
+    rows = [f"{indent}not offered: {rule.words()}: {printable(why)}" for rule, why in rejected]
     return capped(rows, len(rows), limit, indent)
 
 

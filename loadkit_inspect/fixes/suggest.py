@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from loadkit.errors import printable
 from loadkit_inspect.fixes.renames import shared_ends
 
 MIN_SUPPORT = 2  # a rule explaining a single pair is that pair's rename, not a pattern
@@ -39,6 +40,17 @@ class Rule(NamedTuple):
         if self.stage == "substr":
             return name.replace(self.old, self.new, 1)
         return re.sub(self.old, self.new, name)
+
+    def words(self) -> str:
+        r"""The rule as its user reads it: the pattern as written, not as JSON or Python escape
+        it (the pasteable ``--mapper`` JSON beside it is escaped).
+
+        >>> print(Rule("regex", r"(?<![^.])layer\.1(?=\.|$)", "layer.0").words())
+        regex '(?<![^.])layer\.1(?=\.|$)' -> 'layer.0'
+        """
+        from loadkit.mapper import rule_text  # a fix's words only: the header path never needs it
+
+        return f"{rule_text(self.stage, printable(self.old))} -> '{printable(self.new)}'"
 
 
 class Suggestion(NamedTuple):

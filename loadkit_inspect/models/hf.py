@@ -16,7 +16,7 @@ from loadkit.errors import ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint.reader import Checkpoint
+    from loadkit.checkpoint import Checkpoint
 
 # spec name -> wrapper task (None: chosen from the config's architecture, as upstream)
 HF_SPECS: dict[str, str | None] = {
@@ -64,8 +64,8 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | 
     source = parsed.config or checkpoint
     if source is None:
         raise ModelSpecError(f"--model {spec!r}: no checkpoint folder to read config.json from")
-    from loadkit.checkpoint.reader import Checkpoint
-    from loadkit.models.transformers.config import config_path, read_config_dict
+    from loadkit.checkpoint import Checkpoint
+    from loadkit.models.transformers import config_path, read_config_dict
     from loadkit_inspect.sources.resolve import is_url
 
     if isinstance(source, Checkpoint) and is_url(source.path):
@@ -80,7 +80,7 @@ def read_hf_source(spec: str, checkpoint: str | os.PathLike[str] | Checkpoint | 
 def _remote_source(spec: str, task: str | None, checkpoint: Checkpoint) -> HFSource:
     """The ``config.json`` beside a remote checkpoint, fetched (and counted in its tally)."""
     from loadkit.errors import CheckpointError
-    from loadkit.models.transformers.config import CONFIG_NAME, config_dict
+    from loadkit.models.transformers import CONFIG_NAME, config_dict
     from loadkit_inspect.sources.remote import RemoteCheckpoint
 
     if not isinstance(checkpoint, RemoteCheckpoint):
@@ -98,8 +98,7 @@ def _remote_source(spec: str, task: str | None, checkpoint: Checkpoint) -> HFSou
 
 def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
     """transformers' config from ``source``, and the wrapper picked for it, on ``device``."""
-    from loadkit.models.transformers.config import config_from_dict, one_line
-    from loadkit.models.transformers.wrappers import choose_wrapper
+    from loadkit.models.transformers import choose_wrapper, config_from_dict, one_line
 
     config = config_from_dict(source.data, source.path)
     choice = choose_wrapper(config, source.task)

@@ -24,7 +24,7 @@ from loadkit.errors import LoadkitError, ModelSpecError
 if TYPE_CHECKING:
     from torch import nn
 
-    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+    from loadkit.checkpoint import Checkpoint, TensorInfo
 
 # name -> "module:attr"; attr is the model class, constructed as cls(config_from_checkpoint(...)).
 BUILTIN: dict[str, str] = {
@@ -144,7 +144,7 @@ def _call(
 def _on_meta(build: Callable[[], Any], spec: str) -> nn.Module:
     from torch import nn
 
-    from loadkit.loading.meta import on_meta
+    from loadkit.loading import on_meta
 
     try:
         with on_meta():
@@ -203,7 +203,7 @@ def build_model(
         from torch import nn
 
         if isinstance(spec, nn.Module) and not kwargs:
-            from loadkit.loading.meta import meta_copy
+            from loadkit.loading import meta_copy
 
             return meta_copy(spec, always=True), type(spec).__name__
         if callable(spec) and not isinstance(spec, nn.Module):

@@ -15,7 +15,7 @@ from loadkit.errors import printable
 from loadkit.fmt import format_bytes, plural
 
 if TYPE_CHECKING:
-    from loadkit.pooling.probe import ProbeRecord
+    from loadkit.pooling import ProbeRecord
 
 
 def probe_as_dict(probe: dict[str, ProbeRecord]) -> dict[str, dict[str, Any]]:

@@ -13,14 +13,13 @@ from itertools import compress
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.checkpoint.shards import INDEX_NAME
+from loadkit.checkpoint import INDEX_NAME
 from loadkit.errors import printable
 from loadkit.fmt import format_bytes, plural, table
 from loadkit_inspect.report.text import capped, joined_names
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint import IndexProblem
-    from loadkit.checkpoint.reader import Checkpoint, TensorInfo
+    from loadkit.checkpoint import Checkpoint, IndexProblem, TensorInfo
     from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.sources.resolve import Source
 

@@ -26,9 +26,8 @@ from typing import NamedTuple
 
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
-from loadkit.loading.meta import meta_copy
-from loadkit.loading.tensors import loadable_tensors
+from loadkit.checkpoint import TensorInfo
+from loadkit.loading import loadable_tensors, meta_copy
 from loadkit.mapper import WeightsMapper
 from loadkit_inspect.options import LoadRules
 from loadkit_inspect.progress import Count

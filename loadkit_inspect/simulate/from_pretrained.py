@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from loadkit.checkpoint.reader import TensorInfo
+from loadkit.checkpoint import TensorInfo
 from loadkit.errors import ModelSpecError, printable
-from loadkit.loading.meta import meta_tensor
+from loadkit.loading import meta_tensor
 from loadkit_inspect.report.text import capped, shapes
 from loadkit_inspect.sources.files import FileChoice, Raised
 
@@ -365,7 +365,7 @@ def from_pretrained_verdict(
             with ContextManagers(klass.get_init_context(dtype, False, False, None)):
                 model = klass(config)
         except Exception as exc:  # transformers validates the config for the class
-            from loadkit.models.transformers.config import one_line
+            from loadkit.models.transformers import one_line
 
             why = f"{klass.__name__}(config) fails: {one_line(exc)}"
             return refused(klass.__name__, type(exc).__name__, why)

@@ -14,10 +14,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.ledger import CheckpointEntry, LoadLedger
-from loadkit.loading.observe import LoadObserver
-from loadkit.loading.tensors import qualname
+from loadkit.loading import AutoWeightsLoader, CheckpointEntry, LoadLedger, LoadObserver, qualname
 from loadkit.mapper import WeightsMapper
 from loadkit.terms import Status
 from loadkit_inspect.options import LoadRules

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
+from loadkit.checkpoint import TensorInfo
 from loadkit.errors import ShapeMismatchError
 from loadkit.fmt import plural
-from loadkit.loading.tensors import loadable_tensors, qualname
+from loadkit.loading import loadable_tensors, qualname
 from loadkit.mapper import WeightsMapper, rule_text
 from loadkit.terms import Status
 from loadkit_inspect.casts import is_incompatible

@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from loadkit.checkpoint.reader import TensorInfo
-from loadkit.loading.counting import EagerDispatchMode
-from loadkit.loading.weight_loaders import default_weight_loader
+from loadkit.checkpoint import TensorInfo
+from loadkit.loading import EagerDispatchMode, default_weight_loader
 from loadkit_inspect.progress import Count
 from loadkit_inspect.simulate.weights import carry_key, meta_weight
 

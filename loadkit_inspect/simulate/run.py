@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
+from loadkit.checkpoint import TensorInfo
 from loadkit.errors import LoadkitError, NestedWeightError, UnknownNameError
-from loadkit.loading.auto_loader import AutoWeightsLoader
-from loadkit.loading.observe import observing
-from loadkit.loading.tensors import loadable_tensors
+from loadkit.loading import AutoWeightsLoader, loadable_tensors, observing
 from loadkit.mapper import WeightsMapper
 from loadkit.terms import Status
 from loadkit_inspect.options import LoadRules

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from loadkit.checkpoint.reader import TensorInfo
-from loadkit.loading.meta import meta_tensor
+from loadkit.checkpoint import TensorInfo
+from loadkit.loading import meta_tensor
 
 _CARRIED = ("loadkit_key", "loadkit_file")
 

@@ -40,10 +40,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.checkpoint.shards import INDEX_NAME, read_index
+from loadkit.checkpoint import INDEX_NAME, MAX_INDEX_BYTES, open_regular, parse_index
+from loadkit.errors import CheckpointError, ShardIndexError
 
 if TYPE_CHECKING:
-    from loadkit.checkpoint.reader import TensorInfo
+    from loadkit.checkpoint import TensorInfo
 
 SINGLE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME
 PT_SINGLE = "pytorch_model.bin"  # WEIGHTS_NAME
@@ -119,9 +120,11 @@ def _unread(folder: Path, read: tuple[str, ...]) -> tuple[str, ...]:
 def _index_shards(index: Path) -> list[str]:
     """``sorted(set(weight_map.values()))``, as transformers lists an index's shards (an
     unreadable index is a ``ShardIndexError``: nothing can be inspected)."""
-    from loadkit.errors import ShardIndexError
-
-    weight_map = read_index(str(index)).get("weight_map")
+    path = str(index)
+    fd = open_regular(path, lambda message: ShardIndexError(path, message))
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_INDEX_BYTES + 1)
+    weight_map = parse_index(raw, path).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ShardIndexError(str(index), "unreadable index: weight_map is not an object of names")
     return sorted(set(weight_map.values()))
@@ -268,8 +271,6 @@ def _unglobbed(entries: list[str], hf_folder: str) -> str:
 def _vllm_index_files(index: str, hf_folder: str) -> set[str]:
     """The paths an index names, spelled as vLLM spells them (``os.path.join``: no
     normalisation)."""
-    from loadkit.errors import ShardIndexError
-
     try:
         with open(index, encoding="utf-8") as f:
             weight_map = json.load(f)["weight_map"]
@@ -297,8 +298,7 @@ def read_chosen(
     """The tensors of ``files`` as a loader that merges them in order reads them (a key in two
     files: the later copy), and what it raises at the first file it cannot open (the tensors
     are then those of the files it could: what it would read once that one is fixed)."""
-    from loadkit.checkpoint.reader import read_safetensors_header
-    from loadkit.errors import CheckpointError
+    from loadkit.checkpoint import read_safetensors_header
 
     merged: dict[str, TensorInfo] = {}
     raised: Raised | None = None

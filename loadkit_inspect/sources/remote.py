@@ -241,7 +241,9 @@ class _Client:
                     url,
                     f"the server does not support Range requests (asked for bytes {start}-{end}, "
                     f"it answered {response.status} with {whole}); loadkit reads remote "
-                    "checkpoints header-only and fetched none of it",
+                    "checkpoints header-only and fetched none of it; download the file and "
+                    "inspect the local copy, or use a URL whose server honours Range (the "
+                    "Hugging Face hub's resolve URLs do)",
                 )
             got = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
             if got is None or int(got.group(1)) != start or int(got.group(2)) > end:

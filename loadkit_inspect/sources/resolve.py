@@ -18,8 +18,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from loadkit.checkpoint import IndexProblem
-from loadkit.checkpoint.reader import Checkpoint, open_checkpoint
+from loadkit.checkpoint import Checkpoint, IndexProblem, open_checkpoint
 from loadkit.errors import CheckpointError, printable
 from loadkit.fmt import format_bytes
 from loadkit_inspect.sources.index import open_lenient

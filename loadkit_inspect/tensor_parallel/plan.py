@@ -15,9 +15,9 @@ from typing import Any
 
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo
+from loadkit.checkpoint import TensorInfo
 from loadkit.errors import LoadkitError
-from loadkit.parallel.checks import size_findings
+from loadkit.parallel import size_findings
 from loadkit_inspect.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
 from loadkit_inspect.tensor_parallel.share import RankShare, simulate_rank
 
@@ -127,8 +127,7 @@ def _findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
 
 
 def _has_parallel_layers(model: nn.Module) -> bool:
-    from loadkit.parallel.linear import ColumnParallelLinear, RowParallelLinear
-    from loadkit.parallel.vocab_parallel_embedding import VocabParallelEmbedding
+    from loadkit.parallel import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
 
     kinds = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
     return any(isinstance(m, kinds) for m in model.modules())
@@ -169,7 +168,7 @@ def tp_report(
     tp: int,
 ) -> TPReport:
     """Simulate every rank of ``tp`` (``build()`` runs inside each rank's simulated group)."""
-    from loadkit.parallel.state import simulated_group, use_group
+    from loadkit.parallel import simulated_group, use_group
 
     report = TPReport(tp)
     if tp < 1:

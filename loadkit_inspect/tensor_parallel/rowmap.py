@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from loadkit.parallel.holdings import CopyRecord, Span
+from loadkit.parallel import CopyRecord, Span
 
 
 @dataclass

@@ -17,11 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from loadkit.checkpoint.reader import TensorInfo, open_checkpoint
+from loadkit.checkpoint import TensorInfo, open_checkpoint
 from loadkit.errors import LoadkitError
-from loadkit.loading.meta import meta_tensor
-from loadkit.parallel.holdings import CopyRecord, HoldingsRecorder
-from loadkit.parallel.state import simulated_group, use_group
+from loadkit.loading import meta_tensor
+from loadkit.parallel import CopyRecord, HoldingsRecorder, simulated_group, use_group
 
 Tensors = Mapping[str, TensorInfo]
 # Builds the model to share out from the checkpoint's header; called inside each rank's group.
@@ -58,7 +57,7 @@ def _load(model: nn.Module, weights: Any) -> None:
     if callable(own):
         own(weights)
     else:
-        from loadkit.loading.auto_loader import AutoWeightsLoader
+        from loadkit.loading import AutoWeightsLoader
 
         AutoWeightsLoader(model).load_weights(weights)
 

@@ -19,11 +19,32 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import psutil
 
 POLL = 0.2  # seconds between looks at the parent and the descendants
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
 GRACE = 15.0  # seconds JupyterLab gets to stop its kernels before the rest is killed
+
+
+def dies_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for a nested run (a pytest run a test starts): the child is SIGKILLed
+    when ``parent``, the process starting it, ends, however it ends (SIGKILL included), so it
+    never outlives the test that started it; its own children then end as when it is killed
+    (the lab under its guard, Chromium with its driver's pipe). Linux's ``PR_SET_PDEATHSIG``;
+    the browser tests need Debian's Chromium, so Linux is where they run."""
+
+    def arm() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            os._exit(127)  # cannot promise it: do not start at all
+        if os.getppid() != parent:  # the parent ended before the promise was made
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

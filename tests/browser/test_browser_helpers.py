@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+import pytest
+from lab_guard import dies_with_parent
 from lab_server import REPO, lab_argv, make_lab_command
 from toggle_check import click_order, describe_difference, expected_traces, title_shows
 from toy_story import main_records
@@ -72,14 +75,57 @@ def test_browser_folder_collects_and_runs_without_playwright():
     """Without playwright: the helper tests run, the browser tests skip, one line says why."""
     res = subprocess.run(
         [sys.executable, "-c", NO_PLAYWRIGHT, "tests/browser", "-q",
-         "-k", "not without_playwright"],
+         "-k", "not without_playwright and not nested"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
+        preexec_fn=dies_with_parent(os.getpid()),  # a nested run: ends with this process
     )  # fmt: skip
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "error" not in out.lower(), out
     assert "BROWSER TESTS SKIPPED: Python playwright is not installed" in out, out
     assert re.search(r"\b4 passed\b", out), out
+
+
+# A test process (the middle) starts a nested run (a long sleep, standing in for an inner pytest
+# run), prints its pid, and waits; the middle is then SIGKILLed, as a test run killed by a CI's
+# timeout is. ``armed``: the nested run is started with ``dies_with_parent``, as the browser
+# tests start theirs.
+MIDDLE = """
+import os, subprocess, sys, time
+sys.path.insert(0, {here!r})
+from lab_guard import dies_with_parent
+extra = {{"preexec_fn": dies_with_parent(os.getpid())}} if {armed} else {{}}
+inner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], **extra)
+print(inner.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("armed", [True, False], ids=["dies_with_parent", "unarmed"])
+def test_a_nested_run_ends_with_the_sigkilled_test_that_started_it(armed):
+    here = str(Path(__file__).resolve().parent)
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE.format(here=here, armed=armed)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    inner = None
+    try:
+        assert middle.stdout is not None
+        inner = psutil.Process(int(middle.stdout.readline()))
+        assert inner.is_running() and inner.ppid() == middle.pid
+    finally:
+        middle.kill()  # SIGKILL: no finaliser of the middle runs
+        middle.wait(timeout=10)
+    try:
+        gone, _ = psutil.wait_procs([inner], timeout=10)
+        # armed: gone within seconds; unarmed (the control): still running, re-parented
+        assert bool(gone) == armed, (
+            f"armed={armed}: the nested run {'outlived' if armed else 'ended with'} its parent"
+        )
+    finally:
+        if inner.is_running():
+            inner.kill()

@@ -2,7 +2,9 @@
 
 A pytest run is started in a real process, opens a notebook in JupyterLab in headless Chromium and
 runs it; while its cell is still running, the run is killed with SIGKILL (no finaliser, no atexit,
-nothing of pytest's runs). Every process it had started must be gone a few seconds later.
+nothing of pytest's runs). Every process it had started must be gone a few seconds later. The
+inner run itself dies with this test's process (``lab_guard.dies_with_parent``): a SIGKILLed
+outer run leaves no inner run behind either (``test_browser_helpers`` proves the mechanism).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import SKIP_REASON
+from lab_guard import dies_with_parent
 
 HERE = Path(__file__).resolve().parent
 
@@ -79,12 +82,13 @@ def test_a_sigkilled_test_run_leaves_no_server_kernel_or_browser(tmp_path):
     inner.write_text(textwrap.dedent(INNER.format(here=str(HERE))))
     pids_file = tmp_path / "pids.json"
     env = dict(os.environ, LOADKIT_PIDS=str(pids_file))
-    run = subprocess.Popen(
+    run = subprocess.Popen(  # ends with this process too, however it ends (nested runs)
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(inner)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=dies_with_parent(os.getpid()),
     )
     try:
         deadline = time.monotonic() + 180

@@ -416,6 +416,15 @@ def test_help_says_which_models_get_the_pooling_probe(capsys):
     assert "a pooling model always gets them" not in out
 
 
+def test_help_files_probe_among_the_options_not_the_rules(capsys):
+    assert main(["inspect", "--help"]) == 0
+    out = capsys.readouterr().out
+    options, rest = out.split("\noptions:\n")[1].split("\nrules:\n")
+    rules = rest.split("\nexit status:")[0]
+    assert "--probe" in options and "--probe" not in rules
+    assert "--skip-prefix" in rules and "--strict-dtype" in rules
+
+
 def test_help_lists_the_registry(capsys):
     assert main(["inspect", "--help"]) == 0
     out = capsys.readouterr().out

@@ -15,6 +15,7 @@ from loadkit.errors import LoadkitError
 from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
+from loadkit_inspect.inspect_report import FIDELITY_POINTER
 
 # Untouched checkpoints transformers loads and vLLM's backend refuses (docs/fidelity.md), with the
 # first line inspect prints for each.
@@ -37,8 +38,11 @@ REFUSED_BY_VLLM = {
 @pytest.mark.parametrize("arch", sorted(REFUSED_BY_VLLM))
 def test_the_first_lines_say_which_loader_loads_it(arch, hf_clean):
     report = inspect_checkpoint(hf_clean(arch), model="hf")
-    # one loader a line when they do not fit on one; a long verdict goes on, indented
-    first = re.sub(r"\n +", " ", report.render().split("\n\n")[0]).splitlines()
+    # one loader a line when they do not fit on one; a long verdict goes on, indented; then
+    # where the disagreement is explained
+    head, pointer = report.render().split("\n\n")[0].split("\n(the loaders disagree")
+    assert "(the loaders disagree" + pointer == "\n".join(FIDELITY_POINTER)
+    first = re.sub(r"\n +", " ", head).splitlines()
     joined = " | ".join(first)
     assert joined == f"{TRANSFORMERS}: would load cleanly | {REFUSED_BY_VLLM[arch]}"
     assert report.loaders is not None
@@ -65,7 +69,21 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
     fp = report.from_pretrained
     assert set(fp.unexpected) == set(tensors) and len(fp.missing) == len(tensors)
     assert report.exit_status == 1
+    assert "\n".join(FIDELITY_POINTER) in report.render()
     assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0
+
+
+def test_gpt_neox_as_transformers_saves_it_points_at_the_explanation(hf_clean):
+    """Issue 39: "vllm: would NOT load" with no pointer to docs/fidelity.md, which explains it."""
+    report = inspect_checkpoint(hf_clean("gpt-neox"), model="hf")
+    assert not report.loaders["vllm"].clean and report.loaders["transformers"].clean
+    first = report.render().split("\n\n")[0]
+    assert first.endswith("\n".join(FIDELITY_POINTER))
+    fidelity = (DATA.parent / "docs" / "fidelity.md").read_text()
+    assert "### Where the two loaders differ" in fidelity
+    assert "**GPT-NeoX: the head `embed_out` unexpected.**" in fidelity
+    agree = inspect_checkpoint(hf_clean("bert"), model="hf")
+    assert "the loaders disagree" not in agree.render()
 
 
 def test_json_has_both_columns(hf_clean, capsys):

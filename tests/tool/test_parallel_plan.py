@@ -137,3 +137,18 @@ def test_render_row_map_marks_failed_ranks():
     )
     line = next(x for x in text.splitlines() if x.startswith("model.layers.0.self_attn.k_proj.w"))
     assert line.split()[-4:] == ["0-7", "8-15", "failed", "failed"]
+
+
+def test_vocab_padding_note_says_rows_in_words_computed_from_the_sizes():
+    """Issue 39: MiniLM at --tp 4 read "no rank was simulated", then "zero rows: rank 3 6"."""
+    from loadkit.parallel.checks import size_findings
+
+    (note,) = size_findings(4, heads=12, kv_heads=12, vocab_size=30522)
+    assert note.message == (
+        "vocabulary 30522 padded to 30528 (a multiple of 64): 7632 rows per rank, of which "
+        "padding (zeros, nothing loaded into them): 6 on rank 3"
+    )
+    (note,) = size_findings(4, heads=8, kv_heads=8, vocab_size=100)
+    assert note.message.endswith(
+        "32 rows per rank, of which padding (zeros, nothing loaded into them): 28 on rank 3"
+    )

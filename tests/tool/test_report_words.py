@@ -67,3 +67,13 @@ def test_mapper_rules_print_once_as_written_and_a_dropped_key_is_named(hf_clean)
     other = _section(text, "  other keys, not loaded")
     assert other[1] == "    2 dropped by mapper: regex 'attn.bias'"
     assert other[2] == "      transformer.h.0.attn.c_attn.bias, transformer.h.1.attn.c_attn.bias"
+
+
+def test_a_suggested_regex_reads_as_written_not_json_escaped():
+    """Issue 39: the readable line showed ``regex '(?<![^.])encoder\\\\.layer\\\\.1(?=\\\\.|$)'``
+    (JSON's escaping); the pasteable ``--mapper`` JSON keeps its own."""
+    from loadkit_inspect.fixes.suggest import Rule
+
+    rule = Rule("regex", r"(?<![^.])encoder\.layer\.1(?=\.|$)", "encoder.layer.0")
+    assert rule.words() == r"regex '(?<![^.])encoder\.layer\.1(?=\.|$)' -> 'encoder.layer.0'"
+    assert Rule("prefix", "model.\n", "").words() == "prefix 'model.\\n' -> ''"

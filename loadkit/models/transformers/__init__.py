@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from loadkit.models.transformers.base import Base
+    from loadkit.models.transformers.config import (
+        CONFIG_NAME,
+        config_dict,
+        config_from_dict,
+        config_path,
+        load_config,
+        one_line,
+        read_config_dict,
+    )
+    from loadkit.models.transformers.wrappers import choose_wrapper
 
 _LAZY = {
     "Base": "loadkit.models.transformers.base",
@@ -33,9 +43,30 @@ _LAZY = {
     "WRAPPERS": "loadkit.models.transformers.wrappers",
     "choose_wrapper": "loadkit.models.transformers.wrappers",
     "load_config": "loadkit.models.transformers.config",
+    "CONFIG_NAME": "loadkit.models.transformers.config",
+    "config_dict": "loadkit.models.transformers.config",
+    "config_from_dict": "loadkit.models.transformers.config",
+    "config_path": "loadkit.models.transformers.config",
+    "one_line": "loadkit.models.transformers.config",
+    "read_config_dict": "loadkit.models.transformers.config",
 }
 
-__all__ = [*_LAZY, "from_config"]
+__all__ = [
+    "CONFIG_NAME",
+    "WRAPPERS",
+    "Base",
+    "TransformersEmbeddingModel",
+    "TransformersForCausalLM",
+    "TransformersForSequenceClassification",
+    "choose_wrapper",
+    "config_dict",
+    "config_from_dict",
+    "config_path",
+    "from_config",
+    "load_config",
+    "one_line",
+    "read_config_dict",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -105,8 +105,7 @@ def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
 
     model_type = data["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
-        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING_NAMES), n=3)
-        hint = f"; nearest: {', '.join(near)}" if near else ""
+        hint = _nearest_types(str(model_type), list(CONFIG_MAPPING_NAMES))
         import transformers
 
         raise ModelSpecError(
@@ -119,6 +118,22 @@ def config_from_dict(data: dict[str, Any], source: str) -> PretrainedConfig:
         raise ModelSpecError(
             f"{source}: transformers cannot build a {model_type!r} config from it: {one_line(exc)}"
         ) from exc
+
+
+def _nearest_types(model_type: str, known: list[str]) -> str:
+    """The known model types nearest to ``model_type``; when none is close, the nearest anyway.
+
+    >>> _nearest_types("Llama-3", ["llama", "mllama", "bert"])
+    '; nearest: llama, mllama'
+    >>> _nearest_types("foo", ["llama", "bert", "gpt2"])
+    '; none is close among 3 known; the nearest: llama, gpt2, bert'
+    """
+    wanted = model_type.lower().replace("-", "_")
+    close = difflib.get_close_matches(wanted, known, n=3)
+    if close:
+        return f"; nearest: {', '.join(close)}"
+    anyway = difflib.get_close_matches(wanted, known, n=3, cutoff=0.0)
+    return f"; none is close among {len(known)} known; the nearest: {', '.join(anyway)}"
 
 
 def one_line(exc: BaseException) -> str:

@@ -324,6 +324,12 @@ def write_variant_without_config(tmp_path):
         ("[1, 2]", "must be a JSON object, not list"),
         ('{"hidden_size": 16}', "has no 'model_type'"),
         ('{"model_type": "lama"}', "unknown model_type 'lama'.*nearest: llama"),
+        # docs/inspect.md promises the nearest known ones, also for a name close to none
+        (
+            '{"model_type": "my_custom_arch"}',
+            r"unknown model_type 'my_custom_arch'.*none is close among \d{3,} known; "
+            r"the nearest: \w+, \w+, \w+$",
+        ),
         (
             '{"model_type": "llama", "hidden_size": 16, "num_attention_heads": 3}',
             "transformers cannot build a 'llama' config",

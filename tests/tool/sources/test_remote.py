@@ -123,7 +123,8 @@ def test_server_without_range_support():
     assert str(err.value) == (
         f"{url}: the server does not support Range requests (asked for bytes 0-7, it answered "
         f"200 with the whole file, {size} bytes); loadkit reads remote checkpoints header-only "
-        "and fetched none of it"
+        "and fetched none of it; download the file and inspect the local copy, or use a URL "
+        "whose server honours Range (the Hugging Face hub's resolve URLs do)"
     )
 
 

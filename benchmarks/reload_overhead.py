@@ -19,14 +19,18 @@ Two cases: ``large`` (about 230 MB in bfloat16, 48 tensors: what bytes cost) and
 (a tiny float32 model with 379 checkpoint tensors: what each call costs; the per-tensor
 overhead is (mode - plain) / tensors). Every figure is a median of the interleaved runs, and the
 ratios are of medians measured side by side in this run: on a shared machine only ratios
-repeat. A cProfile pass over the small case's layerwise reloads then splits its time. The last
-line of each case is JSON.
+repeat. On the CPU the clock is this process's CPU time (``--clock process``): the other
+processes of a shared machine do not count, though their cache traffic still does; on a GPU it
+is the elapsed time (``--clock wall``). Each run starts after a garbage collection. A cProfile
+pass over the small case's layerwise reloads then splits its time. The last line of each case
+is JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import pstats
 import statistics
@@ -65,6 +69,7 @@ CASES = {
     "small": NemotronHConfig(hybrid_override_pattern="MM*-M-M" * 8),
 }
 MODES = ("plain", "load_weights", "layerwise", "direct", "planned")
+CLOCKS: dict[str, Callable[[], float]] = {"process": time.process_time, "wall": time.perf_counter}
 # The parts of a layerwise reload the profile pass reports (function names in loadkit.reload).
 SPLIT = {
     "count_copies": "counting (dispatch mode around each call)",
@@ -122,12 +127,15 @@ def modes(model: NemotronHForCausalLM, update: dict[str, torch.Tensor]) -> dict[
     return dict(zip(MODES, (plain, load_weights, layerwise, direct, planned), strict=True))
 
 
-def timed(fn: Callable[[], object], sync: Callable[[], object]) -> float:
+def timed(
+    fn: Callable[[], object], sync: Callable[[], object], clock: Callable[[], float]
+) -> float:
+    gc.collect()  # each run pays for its own garbage, not for the previous run's
     sync()
-    t = time.perf_counter()
+    t = clock()
     fn()
     sync()
-    return time.perf_counter() - t
+    return clock() - t
 
 
 def profile_split(fn: Callable[[], object], runs: int) -> dict[str, float]:
@@ -143,7 +151,9 @@ def profile_split(fn: Callable[[], object], runs: int) -> dict[str, float]:
     return {SPLIT[k]: round(v / top, 3) for k, v in cum.items()}
 
 
-def run_case(name: str, config: NemotronHConfig, device: torch.device, repeats: int) -> dict:
+def run_case(
+    name: str, config: NemotronHConfig, device: torch.device, repeats: int, clock_name: str
+) -> dict:
     with torch.device(device):
         model = NemotronHForCausalLM(config)
     model.load_weights(make_checkpoint(config, seed=0).items())
@@ -152,6 +162,7 @@ def run_case(name: str, config: NemotronHConfig, device: torch.device, repeats: 
     update = {k: v.to(device) for k, v in make_checkpoint(config, seed=1).items()}
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    clock = CLOCKS[clock_name]
     fns = modes(model, update)
     runs: dict[str, list[float]] = {m: [] for m in MODES}
     with warnings.catch_warnings():
@@ -160,11 +171,14 @@ def run_case(name: str, config: NemotronHConfig, device: torch.device, repeats: 
             fn()  # warm-up: one-time imports and allocations
         for _ in range(repeats):
             for m, fn in fns.items():
-                runs[m].append(timed(fn, sync))
+                runs[m].append(timed(fn, sync, clock))
         split = profile_split(fns["layerwise"], 3) if name == "small" else {}
     med = {m: statistics.median(v) for m, v in runs.items()}
     n = len(update)
-    print(f"[{name}] {model_bytes / 1e6:.1f} MB, {n} checkpoint tensors, {config.dtype}, {device}")
+    print(
+        f"[{name}] {model_bytes / 1e6:.1f} MB, {n} checkpoint tensors, {config.dtype}, {device}, "
+        f"{clock_name} time"
+    )
     for m in MODES:
         over = (med[m] - med["plain"]) / n * 1e6
         print(
@@ -176,6 +190,7 @@ def run_case(name: str, config: NemotronHConfig, device: torch.device, repeats: 
     result = {
         "case": name,
         "device": str(device),
+        "clock": clock_name,
         "tensors": n,
         "model_mb": round(model_bytes / 1e6, 2),
         **{f"{m}_ms": round(med[m] * 1e3, 3) for m in MODES},
@@ -191,6 +206,13 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="where the model and the update live")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--case", default="large,small", help="comma-separated: large, small")
+    ap.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        help="process: this process's CPU time (the default on the CPU: a shared machine's "
+        "other processes do not count); wall: elapsed time (the default on a GPU, whose work "
+        "the CPU time does not see)",
+    )
     # One thread by default: on a shared 2-core machine two-thread runs swing with the
     # neighbours' load; single-threaded ones repeat to a few percent.
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
@@ -198,10 +220,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    clock = args.clock or ("process" if device.type == "cpu" else "wall")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     for name in args.case.split(","):
         torch.manual_seed(0)
-        run_case(name, CASES[name], device, args.repeats)
+        run_case(name, CASES[name], device, args.repeats, clock)
 
 
 if __name__ == "__main__":

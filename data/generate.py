@@ -129,12 +129,32 @@ def vision_tower(out_dir: Path) -> list[Path]:
     return [save_in_order(path, tensors, metadata={"loadkit": "vision-tower"})]
 
 
+def padded_moe(out_dir: Path) -> list[Path]:
+    """``padded_moe/initial.safetensors`` (seed 0) and ``update.safetensors`` (seed 1): the
+    experts at their unpadded size, in layer order."""
+    from loadkit.checkpoint.writer import save_in_order
+    from loadkit.models.padded_moe import PaddedMoeConfig, make_checkpoint
+
+    folder = Path(out_dir) / "padded_moe"
+    folder.mkdir(parents=True, exist_ok=True)
+    c = PaddedMoeConfig()
+    return [
+        save_in_order(
+            folder / f"{name}.safetensors",
+            make_checkpoint(c, seed=seed),
+            metadata={"seed": str(seed), "loadkit": "padded-moe"},
+        )
+        for name, seed in (("initial", 0), ("update", 1))
+    ]
+
+
 WRITERS = {
     "gemma4_like": gemma4_like,
     "plamo2": plamo2,
     "nemotron_h": nemotron_h,
     "llama_like": llama_like,
     "vision_tower": vision_tower,
+    "padded_moe": padded_moe,
 }
 
 

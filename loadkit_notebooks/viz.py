@@ -170,3 +170,41 @@ def figure_data(fig: Any, digits: int = 4) -> str:
     lines = [f"title: {fig.layout.title.text}"]
     lines += [trace_summary(tr, digits) for tr in fig.data]
     return "\n".join(lines)
+
+
+class Explorer:
+    """A notebook's widgets, wired: the behaviour ``toggle`` over ``records`` and its other
+    ``parts`` (controls, the charts they redraw, what they read), each an attribute by its name
+    (``ex.order``, ``ex.grid``). ``outputs()`` lays them out for one cell; ``state()`` says what
+    they show, as text (what nbval compares and a reader without a kernel sees). Each story says
+    both (``layout``, ``describe``) and wires the callbacks; this is the one widget class.
+    """
+
+    def __init__(
+        self,
+        records: dict[str, Record],
+        toggle: Any,
+        parts: dict[str, Any],
+        *,
+        layout: Callable[[Explorer], tuple[Any, ...]],
+        describe: Callable[[Explorer], str],
+    ) -> None:
+        # ``records``: what the toggle swaps between, where the story keeps them ({} where the
+        # toggle picks a run the notebook's function makes on demand)
+        self.records = records
+        self.toggle = toggle
+        self.parts = dict(parts)
+        self._layout, self._describe = layout, describe
+
+    def __getattr__(self, name: str) -> Any:
+        parts = self.__dict__.get("parts", {})
+        if name in parts:
+            return parts[name]
+        raise AttributeError(f"{type(self).__name__} has no part {name!r}")
+
+    def outputs(self) -> tuple[Any, ...]:
+        """What one cell displays: ``display(*ex.outputs())``."""
+        return self._layout(self)
+
+    def state(self) -> str:
+        return self._describe(self)

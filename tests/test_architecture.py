@@ -385,6 +385,18 @@ def test_the_demo_calls_nothing_a_notebook_investigates():
     assert offenders == {}
 
 
+def test_the_notebook_layer_has_one_explorer():
+    # The stories' widgets are parts of one class (loadkit_notebooks.viz.Explorer), not one each.
+    defined = sorted(
+        name
+        for name, path in MODULES.items()
+        if name.startswith("loadkit_notebooks")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "Explorer"
+    )
+    assert defined == ["loadkit_notebooks.viz"]
+
+
 def test_every_exception_class_lives_in_errors():
     # errors.py says it holds every error; a class deriving from an exception or warning class
     # anywhere else breaks that (bases checked by name: *Error, *Exception, *Warning).

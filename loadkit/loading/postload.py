@@ -9,17 +9,26 @@ runs once, before either.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from torch import nn
 
 
-def _children_first(module: nn.Module, seen: set[int]) -> Iterator[nn.Module]:
-    for child in module._modules.values():
-        if child is not None and id(child) not in seen:
-            seen.add(id(child))
-            yield from _children_first(child, seen)
-    yield module
+def _children_first(model: nn.Module) -> list[nn.Module]:
+    """Every module once, each after all of its submodules, in upstream's depth-first order (a
+    module two parents share runs under the first, before it)."""
+    order: list[nn.Module] = []
+    seen: set[int] = set()
+    stack = [(model, iter(model._modules.values()))]
+    while stack:
+        module, children = stack[-1]
+        for child in children:
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                stack.append((child, iter(child._modules.values())))
+                break
+        else:
+            stack.pop()
+            order.append(module)
+    return order
 
 
 def finalize_model_weights(model: nn.Module) -> list[str]:
@@ -42,7 +51,7 @@ def finalize_model_weights(model: nn.Module) -> list[str]:
     (['0'], 2.0)
     """
     ran = []
-    for module in _children_first(model, {id(model)}):
+    for module in _children_first(model):
         hook = getattr(module, "process_weights_after_loading", None)
         if callable(hook):
             hook()

@@ -18,7 +18,6 @@ of a module whose processing changes its layout or is not idempotent, and of eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -26,7 +25,6 @@ from torch import nn
 
 from loadkit.errors import DirectReloadError
 from loadkit.loading.postload import finalize_model_weights
-from loadkit.loading.tensors import loadable_tensors
 
 __all__ = [
     "begin_direct_reload",
@@ -46,6 +44,8 @@ LOADER_ATTRS = (
     "pack_factor",
 )
 
+_LOADER_ATTR_SET = frozenset(LOADER_ATTRS)
+
 Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype, int]
 
 
@@ -60,6 +60,16 @@ class CheckpointRecord(NamedTuple):
 
 def _layout(t: torch.Tensor) -> Layout:
     return tuple(t.shape), t.stride(), t.dtype, int(t.storage_offset())
+
+
+def _same_layout(t: torch.Tensor, layout: Layout) -> bool:
+    shape, stride, dtype, offset = layout
+    return (
+        t.shape == shape
+        and t.dtype == dtype
+        and t.stride() == stride
+        and (t.storage_offset() == offset)
+    )
 
 
 def storage_view(
@@ -77,6 +87,35 @@ def storage_view(
     """
     view = torch.empty(0, dtype=dtype, device=storage.device)
     return view.set_(storage, offset, shape, stride)
+
+
+Slot = tuple[nn.Module, str, str, torch.Tensor]  # (module, "param" or "buffer", name, tensor)
+
+
+def _slots(model: nn.Module) -> tuple[list[nn.Module], list[Slot]]:
+    """Every module once, and every parameter and persistent buffer slot of theirs: what
+    ``loadable_tensors`` walks, without building names (begin runs on every update)."""
+    modules: list[nn.Module] = []
+    slots: list[Slot] = []
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        modules.append(m)
+        for n, p in m._parameters.items():
+            if p is not None:
+                slots.append((m, "param", n, p))
+        if m._buffers:
+            skip = m._non_persistent_buffers_set
+            for n, b in m._buffers.items():
+                if b is not None and n not in skip:
+                    slots.append((m, "buffer", n, b))
+        if m._modules:
+            stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+    return modules, slots
 
 
 def direct_reload_active(model: nn.Module) -> bool:
@@ -107,7 +146,7 @@ def record_checkpoint_layout(model: nn.Module) -> None:
     if "_ckpt_param_names" in model.__dict__:
         return
     owner = model.__dict__["_ckpt_owner"] = object()  # tags owned tensors (ids of freed ones recur)
-    for t in loadable_tensors(model).values():
+    for *_, t in _slots(model)[1]:
         if not t.is_meta and _ckpt(t) is None:
             attrs = {k: t.__dict__[k] for k in LOADER_ATTRS if k in t.__dict__}
             record = CheckpointRecord(owner, _layout(t), attrs, t.untyped_storage().data_ptr())
@@ -122,6 +161,14 @@ def record_checkpoint_layout(model: nn.Module) -> None:
     model.__dict__["_ckpt_param_names"] = frozenset(
         name for name, p in model.named_parameters(remove_duplicate=False) if _ckpt(p) is not None
     )
+    modules, slots = _slots(model)
+    # The module tree and the parameter slots as recorded: while the tree is the same objects,
+    # begin checks the slots instead of every name.
+    model.__dict__["_ckpt_tree"] = (
+        modules,
+        [(m, n) for m, kind, n, t in slots if kind == "param" and _ckpt(t) is not None],
+        any(t.device.type != "cpu" for *_, t in slots),
+    )
 
 
 def _owned(model: nn.Module, t: torch.Tensor) -> bool:
@@ -129,7 +176,15 @@ def _owned(model: nn.Module, t: torch.Tensor) -> bool:
     return record is not None and record.owner is model.__dict__["_ckpt_owner"]
 
 
-def _check_params_kept(model: nn.Module) -> None:
+def _check_params_kept(model: nn.Module, modules: list[nn.Module]) -> None:
+    recorded, param_slots, _ = model.__dict__["_ckpt_tree"]
+    same_tree = len(recorded) == len(modules) and all(
+        a is b for a, b in zip(recorded, modules, strict=True)
+    )
+    if same_tree and all(
+        (p := m._parameters.get(n)) is None or _ckpt(p) is not None for m, n in param_slots
+    ):
+        return
     replaced = [
         name
         for name, p in model.named_parameters(remove_duplicate=False)
@@ -143,14 +198,18 @@ def _check_params_kept(model: nn.Module) -> None:
         )
 
 
-def _checkpoint_views(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _checkpoint_views(
+    model: nn.Module, slots: list[Slot]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(tensor, its storage viewed in its checkpoint layout) for every tensor post-load
     processing re-laid out; raises if a storage cannot hold its checkpoint layout."""
-    views = []
-    for name, t in loadable_tensors(model).items():
-        record = _ckpt(t)
-        if record is None or _layout(t) == record.layout:
-            continue  # derived by post-load processing, or still in checkpoint layout
+    views, seen = [], set()
+    for module, _, leaf, t in slots:
+        record = t.__dict__.get("_ckpt")
+        if record is None or id(t) in seen or _same_layout(t, record.layout):
+            continue  # derived by post-load processing, an alias, or still in checkpoint layout
+        seen.add(id(t))
+        name = _name_of(model, module, leaf)
         if not _owned(model, t):
             raise DirectReloadError(
                 f"direct reload: {name} is shared from another model and its post-load "
@@ -169,6 +228,12 @@ def _checkpoint_views(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor
             )
         views.append((t, storage_view(storage, offset, shape, stride, dtype)))
     return views
+
+
+def _name_of(model: nn.Module, module: nn.Module, leaf: str) -> str:
+    """``module``'s ``leaf`` by its qualified name in ``model`` (for messages)."""
+    path = next((n for n, m in model.named_modules() if m is module), "?")
+    return f"{path}.{leaf}" if path else leaf
 
 
 @torch.no_grad()
@@ -200,17 +265,23 @@ def begin_direct_reload(model: nn.Module) -> None:
         )
     if direct_reload_active(model):
         raise DirectReloadError(f"{type(model).__name__}: a direct reload is already begun")
-    _check_params_kept(model)
-    views = _checkpoint_views(model)
+    modules, slots = _slots(model)
+    _check_params_kept(model, modules)
+    views = _checkpoint_views(model, slots)
     # Nothing above changed the model.
     model.__dict__["_direct_reload_begun"] = True  # one finish per begin
     for t, view in views:
         t.data = view  # no zeroing: the full update rewrites the checkpoint region
-    for t in loadable_tensors(model).values():
-        if _owned(model, t):
+    owner = model.__dict__["_ckpt_owner"]
+    for *_, t in slots:
+        attrs = t.__dict__
+        record = attrs.get("_ckpt")
+        if record is None or record.owner is not owner:
+            continue
+        if record.attrs or not _LOADER_ATTR_SET.isdisjoint(attrs):
             for k in LOADER_ATTRS:
-                t.__dict__.pop(k, None)
-            t.__dict__.update(t.__dict__["_ckpt"].attrs)
+                attrs.pop(k, None)
+            attrs.update(record.attrs)
     # Padding the loaders skip is reset whole; that erases the checkpoint region too, so an
     # update must resend every padded weight.
     for module, name in model.__dict__["_ckpt_padding_fill"]:
@@ -234,11 +305,6 @@ def finish_direct_reload(model: nn.Module) -> list[str]:
         raise DirectReloadError(
             f"{type(model).__name__}: direct reload finish without a begin; start a new update"
         )
-    if any(t.device.type != "cpu" for t in _all_tensors(model)):
+    if model.__dict__["_ckpt_tree"][2]:  # a tensor off the CPU when the layout was recorded
         torch.accelerator.synchronize()  # loaders may have written on other streams
     return finalize_model_weights(model)
-
-
-def _all_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
-    yield from model.parameters()
-    yield from model.buffers()

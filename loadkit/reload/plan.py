@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any, cast
 
@@ -49,10 +49,16 @@ class Entry:
         return "fallback" if self.writes is None else "direct" if self.boxes else "unneeded"
 
 
+# One planned copy: the index of the checkpoint part (None: the whole tensor), the shape it is
+# viewed as (None: as it is), the live view it goes into.
+Step = tuple[tuple[slice, ...] | None, tuple[int, ...] | None, torch.Tensor]
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     entries: dict[str, Entry]  # per declared name, in declaration order
     dests: dict[str, Dest]  # live views, built when planned: not data
+    steps: dict[str, tuple[Step, ...]] = field(default_factory=dict)  # dests, ready to replay
 
     def get_boxes(self, name: str) -> tuple[Box, ...] | None:
         """The parts of checkpoint tensor ``name`` this model needs; ``None``: nothing."""
@@ -132,7 +138,19 @@ def plan_loads(model: nn.Module, metadata: Iterable[ParamMeta]) -> LoadPlan:
         for name, e in entries.items()
         if e.writes is not None
     }
-    return LoadPlan(entries, dests)
+    steps = {
+        name: tuple(_step(box, view, entries[name].shape) for box, view in dest)
+        for name, dest in dests.items()
+    }
+    return LoadPlan(entries, dests, steps)
+
+
+def _step(box: Box, view: torch.Tensor, shape: tuple[int, ...]) -> Step:
+    """``(box, view)`` as the replay does it, with no slice or reshape it does not need."""
+    whole = all(a == 0 and b == n for (a, b), n in zip(box, shape, strict=True))
+    index = None if whole else tuple(slice(a, b) for a, b in box)
+    part = tuple(b - a for a, b in box)
+    return index, (None if tuple(view.shape) == part else tuple(view.shape)), view
 
 
 def load_planned(
@@ -146,15 +164,16 @@ def load_planned(
         The names written directly, with what ``load_weights`` reported for the fallbacks.
     """
     fallbacks, written = [], set()
+    steps = plan.steps
     with torch.no_grad():
         for name, full in weights:
-            dest = plan.get_dest(name)
-            if dest is None:
+            planned = steps.get(name)
+            if planned is None:
                 fallbacks.append((name, full))
                 continue
-            for box, tensor in dest:
-                part = full[tuple(slice(start, stop) for start, stop in box)]
-                tensor.copy_(part.reshape(tensor.shape))
+            for index, shape, view in planned:
+                part = full if index is None else full[index]
+                view.copy_(part if shape is None else part.reshape(shape))
             written.add(name)
     if fallbacks:
         written |= set(cast(Any, model).load_weights(fallbacks) or ())

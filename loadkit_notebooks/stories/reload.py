@@ -20,6 +20,7 @@ from loadkit.fmt import table
 from loadkit.loading.ledger import ledger_of
 from loadkit.reload.layerwise import ReloadStep
 from loadkit_notebooks.scenario import Record, Series
+from loadkit_notebooks.viz import Explorer
 
 MIXERS = "mamba mixers"
 ORDER_LABELS = {
@@ -569,46 +570,29 @@ def toggle_figure(record: Record, reload: Reload) -> Any:
     return grid_figure(reload(record.behaviour, record.outcome["order"]))
 
 
-@dataclass
-class Explorer:
-    """The notebook's widgets, wired: order and layer pickers with the counter view; the
-    behaviour toggle with the status grid and the logits. ``reload`` is the notebook's own
-    function (called once per behaviour and order, then remembered)."""
+def _layout(ex: Explorer) -> tuple[Any, ...]:
+    """Three outputs for one cell: the counter view, the toggle with the grid, the logits."""
+    from loadkit_notebooks.chart import Panel
 
-    reload: Reload
-    records: dict[str, Record]
-    toggle: Any
-    order: Any
-    picker: Any
-    counter: Any  # Chart: old and new shares per layer (follows order and picker)
-    grid: Any  # Chart: every parameter's fate (follows toggle and order)
-    logits: Any  # Chart: finite / NaN logits per prompt token (follows toggle and order)
+    return (
+        Panel(widgets_row(ex.order, ex.picker), ex.counter, chart=ex.counter),
+        Panel(ex.toggle, ex.grid, chart=ex.grid),
+        ex.logits,
+    )
 
-    def run(self) -> ReloadRun:
-        return self.reload(self.toggle.value, self.order.value)
 
-    def outputs(self) -> tuple[Any, Any, Any]:
-        """Three outputs for one cell: the counter view, the toggle with the grid, the logits."""
-        from loadkit_notebooks.chart import Panel
-
-        return (
-            Panel(widgets_row(self.order, self.picker), self.counter, chart=self.counter),
-            Panel(self.toggle, self.grid, chart=self.grid),
-            self.logits,
-        )
-
-    def state(self) -> str:
-        """Everything the widgets show, as text (what nbval compares)."""
-        run = self.run()
-        old, new = self.reload("old", self.order.value), self.reload("new", self.order.value)
-        return "\n".join(
-            [
-                f"[order {self.order.value}, layers {self.picker.value}, {self.toggle.value}]",
-                counter_text(old, new, self.picker.value),
-                grid_text(run),
-                forward_text(run),
-            ]
-        )
+def _describe(ex: Explorer) -> str:
+    """Everything the widgets show, as text (what nbval compares)."""
+    run = ex.reload(ex.toggle.value, ex.order.value)
+    old, new = ex.reload("old", ex.order.value), ex.reload("new", ex.order.value)
+    return "\n".join(
+        [
+            f"[order {ex.order.value}, layers {ex.picker.value}, {ex.toggle.value}]",
+            counter_text(old, new, ex.picker.value),
+            grid_text(run),
+            forward_text(run),
+        ]
+    )
 
 
 def widgets_row(*children: Any) -> Any:
@@ -618,7 +602,9 @@ def widgets_row(*children: Any) -> Any:
 
 
 def explorer(reload: Reload) -> Explorer:
-    """Build the widgets over the notebook's ``reload(behaviour, order)``; they start on
+    """Build the widgets over the notebook's ``reload(behaviour, order)`` (called once per
+    behaviour and order, then remembered): order and layer pickers with the counter view, the
+    behaviour toggle with the status grid and the logits. They start on
     ``main_records(reload)`` (old, d-last, mamba mixers)."""
     import ipywidgets as widgets
 
@@ -652,4 +638,6 @@ def explorer(reload: Reload) -> Explorer:
     toggle.observe(refresh, names="value")
     order.observe(rebuild, names="value")
     picker.observe(rebuild, names="value")
-    return Explorer(reload, recs, toggle, order, picker, counter, grid, logits)
+    parts = {"reload": reload, "order": order, "picker": picker, "counter": counter}
+    parts |= {"grid": grid, "logits": logits}
+    return Explorer(recs, toggle, parts, layout=_layout, describe=_describe)

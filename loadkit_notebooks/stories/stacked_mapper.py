@@ -20,6 +20,7 @@ from loadkit.mapper import MapTrace, stacked_rematches
 from loadkit_notebooks.scenario import Record, Series
 from loadkit_notebooks.show import Table
 from loadkit_notebooks.stories import DATA_DIR
+from loadkit_notebooks.viz import Explorer
 
 CHECKPOINT = DATA_DIR / "vision_tower" / "model.safetensors"  # the committed checkpoint
 
@@ -254,36 +255,33 @@ def outcome_html(record: Record) -> str:
     return f"<ul style='margin:0'>{items}</ul>"
 
 
-class Explorer:
-    """The old/new toggle, the rows chart it redraws and the outcome it rewrites."""
-
-    def __init__(self, records: Mapping[str, Record], start: str = "old") -> None:
-        import ipywidgets as widgets
-
-        from loadkit_notebooks.viz import record_view
-
-        self.records = dict(records)
-        self.outcome = widgets.HTML(outcome_html(self.records[start]))
-        self.view = record_view(
-            self.records,
-            rows_figure,
-            start=start,
-            on_change=lambda r: setattr(self.outcome, "value", outcome_html(r)),
-        )
-        self.toggle, self.chart = self.view.toggle, self.view.chart
-
-    def panel(self) -> Any:
-        return self.view.panel(self.outcome, text=self.state())
-
-    def state(self) -> str:
-        """What the toggle shows now, as text (for nbval and the reader without a kernel)."""
-        record = self.records[self.toggle.value]
-        return "\n".join([f"chart: {self.chart.fig.layout.title.text}", record.summary()])
+def _describe(ex: Explorer) -> str:
+    """What the toggle shows now, as text (for nbval and the reader without a kernel)."""
+    record = ex.records[ex.toggle.value]
+    return "\n".join([f"chart: {ex.chart.fig.layout.title.text}", record.summary()])
 
 
 def explorer(records: Mapping[str, Record], start: str = "old") -> Explorer:
-    """The toggle over ``records`` (behaviour -> ``load_record``), starting on ``start``."""
-    return Explorer(records, start)
+    """The toggle over ``records`` (behaviour -> ``load_record``), starting on ``start``: the
+    rows chart it redraws (``chart``) and the outcome it rewrites (``outcome``)."""
+    import ipywidgets as widgets
+
+    from loadkit_notebooks.viz import record_view
+
+    recs = dict(records)
+    outcome = widgets.HTML(outcome_html(recs[start]))
+    view = record_view(
+        recs,
+        rows_figure,
+        start=start,
+        on_change=lambda r: setattr(outcome, "value", outcome_html(r)),
+    )
+    parts = {"view": view, "chart": view.chart, "outcome": outcome}
+
+    def layout(ex: Explorer) -> tuple[Any, ...]:
+        return (view.panel(outcome, text=ex.state()),)
+
+    return Explorer(recs, view.toggle, parts, layout=layout, describe=_describe)
 
 
 def wrapped(text: str) -> str:

@@ -18,9 +18,11 @@ import numpy as np
 
 from loadkit.executor.results import BUGS, Job, TPRun
 from loadkit.fmt import wrap
+from loadkit.parallel import CopyRecord
 from loadkit.terms import check_behaviour
 from loadkit_inspect.tensor_parallel.rowmap import render_row_map, row_map
 from loadkit_notebooks.scenario import Record, Series, outcome_table
+from loadkit_notebooks.viz import Explorer
 
 # The notebook's function: tp -> {job name: run} (job names as ``Job.for_bug`` gives them).
 Launch = Callable[[int], dict[str, TPRun]]
@@ -377,9 +379,11 @@ def logits_figure(launch: Launch, bug: str, tp: int, behaviour: str) -> Any:
 
     run = run_for(launch, bug, behaviour, tp)
     ref = reference_logits(launch)
-    found = outcome(launch, run)
+    said = outcome(launch, run)["logits"]
+    if run.logits is not None:  # the title counts the logits the chart plots: the last position's
+        said = logits_verdict(run.logits[-1], ref[-1])
     fig = base_figure(
-        f"Logits at the last position, tp={tp} against tp=1: {found['logits']} [{behaviour}]",
+        f"Logits at the last position, tp={tp} against tp=1: {said} [{behaviour}]",
         height=340,
         xaxis={"title": "token id"},
         yaxis={"title": "logit"},
@@ -429,6 +433,18 @@ def logits_figure(launch: Launch, bug: str, tp: int, behaviour: str) -> Any:
     return fig
 
 
+def logits_verdict(logits: np.ndarray, ref: np.ndarray) -> str:
+    """Whether ``logits`` equal tp=1's ``ref`` (within ``ATOL``), counted over every logit given.
+
+    >>> logits_verdict(np.zeros((2, 3)), np.array([[0, 0, 1], [0, 0, 0.0]]))
+    'DIFFER at 1 of 6 logits'
+    """
+    close = np.isclose(logits, ref, atol=ATOL)
+    if close.all():
+        return f"equal within {ATOL:g} ({close.size} logits)"
+    return f"DIFFER at {int((~close).sum())} of {close.size} logits"
+
+
 def outcome(launch: Launch, run: TPRun) -> dict[str, Any]:
     ref = reference_logits(launch)
     out: dict[str, Any] = {"ranks": " ".join(r.status for r in run.ranks)}
@@ -437,12 +453,7 @@ def outcome(launch: Launch, run: TPRun) -> dict[str, Any]:
         out["logits"] = f"none: rank {', '.join(failed)} failed to load"
         out["next token = tp=1's"] = "-"
     else:
-        close = np.isclose(run.logits, ref, atol=ATOL)
-        out["logits"] = (
-            f"equal within {ATOL:g} ({close.size} logits)"
-            if close.all()
-            else f"DIFFER at {int((~close).sum())} of {close.size} logits"
-        )
+        out["logits"] = logits_verdict(run.logits, ref)
         agree = int((run.logits.argmax(-1) == ref.argmax(-1)).sum())
         out["next token = tp=1's"] = f"{agree} of {len(ref)} positions"
     out["elements loaded"] = " ".join(str(sum(r.loaded_per_layer.values())) for r in run.ranks)
@@ -466,7 +477,39 @@ def summary(launch: Launch, runs: dict[str, TPRun]) -> str:
 
 
 def errors_text(run: TPRun) -> str:
-    return "\n".join(wrap(e, hang=4) for e in run.errors) or "no errors"
+    """What went wrong on each rank, each error once: a rank that skipped its forward because
+    others failed to load names them (their errors follow, in full)."""
+    failed = [str(r.rank) for r in run.ranks if r.status == "load error"]
+    lines = []
+    for r in run.ranks:
+        if r.status == "ok":
+            continue
+        if r.status == "skipped" and failed:
+            lines.append(
+                f"rank {r.rank}: skipped: no forward (rank {', '.join(failed)} failed to load)"
+            )
+        else:
+            lines.append(wrap(f"rank {r.rank}: {r.status}: {r.error}", hang=4))
+    return "\n".join(lines) or "no errors"
+
+
+def held_text(records: list[CopyRecord]) -> str:
+    """The checkpoint rows (or columns) each copy a rank's loader made took, and where they went
+    in the parameter (layer 0's names, short): what one rank's loader call did, a line a copy.
+
+    >>> held_text([CopyRecord("weight", "w", (0, 4), None, (4, 8), None, 16, (8, 4))])
+    'w rows 4-7 -> weight rows 0-3'
+    """
+    lines = []
+    for r in records:
+        held = r.held
+        if held is None or r.param_rows is None:
+            continue
+        axis, (start, stop) = held
+        at = f"{r.param_rows[0]}-{r.param_rows[1] - 1}"
+        key = short(r.key or "")
+        lines.append(f"{key} {axis} {start}-{stop - 1} -> {short(r.param)} rows {at}")
+    return "\n".join(lines) or "no copy"
 
 
 def cells_text(record: Record) -> str:
@@ -486,46 +529,34 @@ def cells_text(record: Record) -> str:
 # --- the widgets ------------------------------------------------------------------------------
 
 
-@dataclass
-class Explorer:
-    """The notebook's widgets, wired: behaviour (the main toggle), tp and bug; the row map, the
-    counters and the logits follow all three."""
+def _layout(ex: Explorer) -> tuple[Any, ...]:
+    """Three outputs for one cell: the toggles with the row map, the counters, the logits."""
+    import ipywidgets as widgets
 
-    records: dict[str, Record]  # what the main toggle swaps between (rebuilt on tp and bug)
-    launch: Launch
-    toggle: Any
-    tp: Any
-    bug: Any
-    rows: Any  # Chart: the row map
-    counters: Any  # Chart: elements loaded per layer, per rank
-    logits: Any  # Chart: the last position's logits against tp=1
+    from loadkit_notebooks.chart import Panel
 
-    def outputs(self) -> tuple[Any, Any, Any]:
-        """Three outputs for one cell: the toggles with the row map, the counters, the logits."""
-        import ipywidgets as widgets
+    row = widgets.HBox([ex.tp, ex.bug])
+    return (Panel(ex.toggle, row, ex.rows, chart=ex.rows), ex.counters, ex.logits)
 
-        from loadkit_notebooks.chart import Panel
 
-        row = widgets.HBox([self.tp, self.bug])
-        return (Panel(self.toggle, row, self.rows, chart=self.rows), self.counters, self.logits)
-
-    def state(self) -> str:
-        """What the widgets show, as text (what nbval compares)."""
-        bug, tp, b = self.bug.value, int(self.tp.value), self.toggle.value
-        return "\n".join(
-            [
-                f"[bug {bug}, tp {tp}, {b}]",
-                f"rows: {self.rows.fig.layout.title.text}",
-                cells_text(self.records[b]),
-                f"counters: {self.counters.fig.layout.title.text}",
-                f"logits: {self.logits.fig.layout.title.text}",
-            ]
-        )
+def _describe(ex: Explorer) -> str:
+    """What the widgets show, as text (what nbval compares)."""
+    bug, tp, b = ex.bug.value, int(ex.tp.value), ex.toggle.value
+    return "\n".join(
+        [
+            f"[bug {bug}, tp {tp}, {b}]",
+            f"rows: {ex.rows.fig.layout.title.text}",
+            cells_text(ex.records[b]),
+            f"counters: {ex.counters.fig.layout.title.text}",
+            f"logits: {ex.logits.fig.layout.title.text}",
+        ]
+    )
 
 
 def explorer(launch: Launch) -> Explorer:
-    """Build the widgets over the notebook's ``launch``; they start on ``main_records(launch)``
-    (gguf-rank, tp=2, old)."""
+    """Build the widgets over the notebook's ``launch``: behaviour (the main toggle), tp and bug;
+    the row map (``rows``), the counters and the logits follow all three. They start on
+    ``main_records(launch)`` (gguf-rank, tp=2, old)."""
     import ipywidgets as widgets
 
     from loadkit_notebooks.chart import Chart
@@ -554,4 +585,6 @@ def explorer(launch: Launch) -> Explorer:
     toggle.observe(refresh, names="value")
     tp.observe(rebuild, names="value")
     bug.observe(rebuild, names="value")
-    return Explorer(recs, launch, toggle, tp, bug, rows, counters, logits)
+    parts = {"launch": launch, "tp": tp, "bug": bug, "rows": rows}
+    parts |= {"counters": counters, "logits": logits}
+    return Explorer(recs, toggle, parts, layout=_layout, describe=_describe)

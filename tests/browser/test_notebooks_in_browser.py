@@ -60,12 +60,21 @@ def _tp_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record]
     return story.main_records(ns["launch"]), story.rows_figure
 
 
+def _padded_toggle(ns: dict[str, Any]) -> tuple[dict[str, Record], Callable[[Record], Any]]:
+    from loadkit_notebooks.stories import padded_reload as story
+
+    run = functools.cache(ns["reload"])
+    records = {version: Record(version) for version in ns["VERSIONS"]}
+    return records, lambda record: story.count_figure(run(record.behaviour))
+
+
 # Notebooks whose experiment is a function of their own (a cell tagged "define"): notebook ->
 # (records, build) from the names those cells define, computed as the notebook computes them.
 DEFINED_TOGGLES: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Record], Any]]] = {
     "01_pooling_probe.ipynb": _stream_toggle,
     "03_layerwise_reload.ipynb": _reload_toggle,
     "05_tensor_parallel.ipynb": _tp_toggle,
+    "07_padded_reload.ipynb": _padded_toggle,
 }
 MIN_WIDTH_SHARE = 0.95  # of the output area, for every chart
 

@@ -141,7 +141,8 @@ def test_index_weight_map_values_that_are_not_file_names(tmp_path, shard):
     "rules, words",
     [
         ({"orig_to_new_regex": {"a": 5}}, "invalid replacement 5"),
-        ({"orig_to_new_stacked": {"a": ["b", [1]]}}, "shard id is an int or a str"),
+        ({"orig_to_new_stacked": {"a": ["b", {"k": 1}]}}, "shard id is an int or a str"),
+        ({"orig_to_new_stacked": {"a": ["b", [1, 1.5]]}}, "shard id is an int or a str"),
         ({"orig_to_new_prefix": {"a": 1}}, "map str to str or None"),
         ({"orig_to_new_prefix": []}, "must be an object of rules"),
     ],

@@ -1,0 +1,397 @@
+"""Direct reload and the load plan (vLLM 0.34.0), on every model loadkit has.
+
+The oracle for direct reload is an ordinary load of the same checkpoints one after the other; the
+oracle for the plan is the untraced direct reload: the same bytes in the same places.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
+
+import pytest
+import torch
+from torch import nn
+
+from loadkit import (
+    AutoWeightsLoader,
+    WeightsMapper,
+    composed_weight_loader,
+    default_weight_loader,
+)
+from loadkit.errors import DirectReloadError, LoadPlanError
+from loadkit.models import gemma4, llama, nemotron_h, padded_moe, plamo2, vision_tower
+from loadkit.parallel import simulated_group, use_group
+from loadkit.reload import (
+    ParamMeta,
+    finish_reload,
+    load_planned,
+    param_metas,
+    plan_loads,
+    record_checkpoint_layout,
+    start_reload,
+)
+from loadkit.reload.geometry import Region, Write, box_and_region, byte_runs, merge_writes
+from loadkit.reload.trace import TraceTensor
+
+Weights = list[tuple[str, torch.Tensor]]
+
+
+class Case(NamedTuple):
+    build: Callable[[], nn.Module]  # a fresh model
+    checkpoint: Callable[[int], Weights]  # the checkpoint of a seed
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+def _plamo2(tied: bool) -> Case:
+    config = plamo2.Plamo2Config(tie_word_embeddings=tied)
+    return Case(
+        lambda: plamo2.Plamo2ForCausalLM(config),
+        lambda seed: list(plamo2.make_checkpoint(config, seed).items()),
+    )
+
+
+def _llama(rank: int) -> Case:
+    config = llama.LlamaLikeConfig()
+    return Case(
+        lambda: llama.LlamaForCausalLM(config),
+        lambda seed: list(llama.make_checkpoint(config, seed).items()),
+        lambda: use_group(simulated_group(rank, 2)),  # built and loaded as rank ``rank``
+    )
+
+
+class FixedTower(vision_tower.VisionTower):
+    """The vision tower with bug 5's fix (its checkpoint does not load under the old stage)."""
+
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_stacked=vision_tower.QKV_RULES, behaviour="new")
+
+
+def _transformers(arch: str) -> Case:
+    """vLLM's Transformers backend over transformers' own ``arch`` at a tiny size; a seed's
+    checkpoint is what transformers' own class holds after its seeded initialisation."""
+
+    def checkpoint(seed: int) -> Weights:
+        import transformers
+        from hf_cases import ARCHS
+
+        torch.manual_seed(seed)
+        model = getattr(transformers, ARCHS[arch].cls)(ARCHS[arch].config())
+        return [(n, t.detach().clone()) for n, t in model.state_dict().items()]
+
+    def build() -> nn.Module:
+        from hf_cases import ARCHS
+
+        from loadkit.models.transformers import from_config
+
+        return from_config(ARCHS[arch].config())
+
+    return Case(build, checkpoint)
+
+
+# Every model loadkit has (the Transformers backend where the hf extra is installed).
+MODELS = {
+    "nemotron_h": Case(
+        lambda: nemotron_h.NemotronHForCausalLM(),
+        lambda seed: list(nemotron_h.make_checkpoint(seed=seed).items()),
+    ),
+    "padded_moe": Case(
+        lambda: padded_moe.PaddedMoeForCausalLM(),
+        lambda seed: list(padded_moe.make_checkpoint(seed=seed).items()),
+    ),
+    "gemma4": Case(
+        lambda: gemma4.Gemma4ForConditionalGeneration(gemma4.Gemma4Config()),
+        lambda seed: list(gemma4.make_checkpoint(gemma4.Gemma4Config(), seed).items()),
+    ),
+    "plamo2 untied": _plamo2(tied=False),
+    "plamo2 tied": _plamo2(tied=True),
+    "llama tp rank 0 of 2": _llama(0),
+    "llama tp rank 1 of 2": _llama(1),
+    "transformers llama": _transformers("llama"),
+    "transformers gpt2": _transformers("gpt2"),
+    "vision_tower": Case(
+        lambda: FixedTower(vision_tower.VisionTowerConfig()),
+        lambda seed: list(
+            vision_tower.make_checkpoint(vision_tower.VisionTowerConfig(), seed).items()
+        ),
+    ),
+}
+
+
+def _copies(weights: Weights) -> Weights:
+    # Some loaders change the tensors they are handed (Plamo2's norm offsets): one copy each.
+    return [(n, w.clone()) for n, w in weights]
+
+
+def _loaded(build, checkpoint, *seeds) -> nn.Module:
+    model = build()
+    for seed in seeds:
+        model.load_weights(_copies(checkpoint(seed)))
+    return model
+
+
+def _state(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
+    return {n: (t.data_ptr(), t.detach().clone()) for n, t in model.state_dict().items()}
+
+
+def _same_values(a: nn.Module, b: nn.Module) -> list[str]:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return [n for n in sa if not torch.equal(sa[n], sb[n])]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_direct_reload_equals_loading_both_checkpoints_and_keeps_storage(name):
+    if name.startswith("transformers"):
+        pytest.importorskip("transformers")
+    build, checkpoint, context = MODELS[name]
+    with context():
+        _direct_equals_both(build, checkpoint)
+
+
+def _direct_equals_both(build, checkpoint):
+    model = _loaded(build, checkpoint, 0)
+    record_checkpoint_layout(model)
+    pointers = {n: t.data_ptr() for n, t in model.state_dict().items()}
+    start_reload(model, mode="direct")
+    model.load_weights(_copies(checkpoint(1)))
+    finish_reload(model)
+    assert _same_values(model, _loaded(build, checkpoint, 0, 1)) == []
+    assert {n: t.data_ptr() for n, t in model.state_dict().items()} == pointers
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_plan_writes_the_same_bytes_in_the_same_places_as_the_untraced_path(name):
+    if name.startswith("transformers"):
+        pytest.importorskip("transformers")
+    build, checkpoint, context = MODELS[name]
+    with context():
+        _planned_equals_untraced(build, checkpoint)
+
+
+def _planned_equals_untraced(build, checkpoint):
+    untraced, planned = _loaded(build, checkpoint, 0), _loaded(build, checkpoint, 0)
+    for model in (untraced, planned):
+        record_checkpoint_layout(model)
+    start_reload(planned, mode="direct")
+    plan = plan_loads(planned, param_metas(checkpoint(1)))  # traced once, nothing loaded
+    finish_reload(planned)
+    assert plan.summary()["direct"][0] > 0
+    for seed in (1, 2):  # the plan holds for every later update
+        start_reload(untraced, mode="direct")
+        untraced.load_weights(_copies(checkpoint(seed)))
+        finish_reload(untraced)
+        start_reload(planned, mode="direct")
+        load_planned(planned, plan, _copies(checkpoint(seed)))
+        finish_reload(planned)
+        want, got = _state(untraced), _state(planned)
+        assert [n for n in want if not torch.equal(want[n][1], got[n][1])] == [], seed
+    fresh = _state(_loaded(build, checkpoint, 0))  # and the planned model's storage is its own
+    assert {n: p for n, (p, _) in got.items()} != {n: p for n, (p, _) in fresh.items()}
+
+
+def test_plan_reasons_name_what_a_loader_does_besides_copying():
+    model = nemotron_h.NemotronHForCausalLM()
+    model.load_weights(nemotron_h.make_checkpoint(seed=0).items())
+    record_checkpoint_layout(model)
+    start_reload(model, mode="direct")
+    plan = plan_loads(model, param_metas(nemotron_h.make_checkpoint(seed=1).items()))
+    finish_reload(model)
+    assert plan.fallbacks() == {
+        "its loader reads the destination (aten.exp)": [
+            f"backbone.layers.{i}.mixer.A_log" for i in (0, 1, 4, 6)
+        ]
+    }
+    qkv = plan.entries["backbone.layers.2.mixer.q_proj.weight"]
+    (write,) = qkv.writes or ()
+    assert (write.module, write.tensor, write.dst.offset) == (
+        "model.layers.2.mixer.qkv_proj",
+        "weight",
+        0,
+    )
+
+
+class Two(nn.Module):
+    """Two parameters and a loader of each kind the plan must refuse to write directly."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
+        self.b = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
+        loaders = {
+            "cast": default_weight_loader,  # a bfloat16 checkpoint into float32
+            "computed": lambda param, loaded_weight: param.data.copy_(loaded_weight * 2),
+            "reads": composed_weight_loader(default_weight_loader, lambda x: -x),
+            "value": lambda param, loaded_weight: param.data.fill_(loaded_weight.sum().item()),
+            "step": lambda param, loaded_weight: param.data.copy_(loaded_weight[:, ::2]),
+            "overlap": lambda param, loaded_weight: self.a.data.copy_(loaded_weight),
+        }
+        self.a.weight_loader = default_weight_loader
+        self.b.weight_loader = loaders[kind]
+
+    def load_weights(self, weights):
+        return AutoWeightsLoader(self).load_weights(weights)
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "shape", "reason"),
+    [
+        ("cast", torch.bfloat16, (2, 3), "casts torch.bfloat16 to torch.float32 at copy_"),
+        ("computed", torch.float32, (2, 3), "applies mul.Tensor to it"),
+        ("reads", torch.float32, (2, 3), "its loader reads the destination (aten.neg)"),
+        ("value", torch.float32, (2, 3), "its loader reads tensor values (.item(), bool(), ...)"),
+        ("step", torch.float32, (2, 6), "source slice has a step or is not a box"),
+        ("overlap", torch.float32, (2, 3), "writes overlap with 'a'"),
+    ],
+)
+def test_what_cannot_be_written_directly_falls_back_and_still_loads(kind, dtype, shape, reason):
+    model = Two(kind)
+    record_checkpoint_layout(model)
+    metas = [ParamMeta("a", (2, 3), dtype), ParamMeta("b", shape, dtype)]
+    start_reload(model, mode="direct")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = plan_loads(model, metas)
+    assert plan.entries["b"].reason == reason
+    assert plan.get_dest("b") is None
+    update = [("a", torch.full((2, 3), 3.0, dtype=dtype)), ("b", torch.ones(shape, dtype=dtype))]
+    if kind == "overlap":  # both fall back: they write the same bytes, arrival order decides
+        assert plan.get_dest("a") is None
+    elif kind != "cast":
+        assert plan.get_dest("a") is not None
+    load_planned(model, plan, update)
+    finish_reload(model)
+    reference = Two(kind)
+    reference.load_weights(update)
+    assert torch.equal(model.a, reference.a) and torch.equal(model.b, reference.b)
+
+
+def test_plan_refusals():
+    model = Two("cast")
+    with pytest.raises(LoadPlanError, match="between start_reload"):
+        plan_loads(model, [ParamMeta("a", (2, 3), torch.float32)])
+    record_checkpoint_layout(model)
+    start_reload(model, mode="direct")
+    with pytest.raises(LoadPlanError, match="declared twice"):
+        plan_loads(model, [ParamMeta("a", (2, 3), torch.float32)] * 2)
+    finish_reload(model)
+
+
+class Transposed(nn.Module):
+    """A layer whose post-load processing re-lays its weight out (a kernel's layout)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
+
+    def process_weights_after_loading(self):
+        # Transposed into its own bytes: the parameter object and its storage are kept.
+        w = self.weight.data
+        relaid = w.reshape(-1).view(w.shape[::-1])
+        relaid.copy_(w.t().contiguous())
+        self.weight.data = relaid
+
+    def load_weights(self, weights):
+        return AutoWeightsLoader(self).load_weights(weights)
+
+
+def test_direct_reload_views_a_relaid_tensor_back_to_its_checkpoint_layout():
+    from loadkit.loading.postload import finalize_model_weights
+
+    model = Transposed()
+    model.load_weights([("weight", torch.arange(6.0).view(2, 3))])
+    record_checkpoint_layout(model)  # cold start: before post-load processing
+    finalize_model_weights(model)
+    assert model.weight.shape == (3, 2)
+    pointer = model.weight.data_ptr()
+    start_reload(model, mode="direct")
+    assert model.weight.shape == (2, 3)  # viewed back: the loader sees the checkpoint layout
+    model.load_weights([("weight", torch.arange(6.0, 12.0).view(2, 3))])
+    finish_reload(model)
+    assert torch.equal(model.weight, torch.arange(6.0, 12.0).view(2, 3).t())
+    assert model.weight.data_ptr() == pointer
+
+
+def test_direct_reload_refusals_leave_the_model_untouched():
+    model = Transposed()
+    with pytest.raises(DirectReloadError, match="no checkpoint layout was recorded"):
+        start_reload(model, mode="direct")
+    record_checkpoint_layout(model)
+    model.weight = nn.Parameter(torch.zeros(2, 3), requires_grad=False)  # replaced, not kept
+    with pytest.raises(DirectReloadError, match="replaced the parameter object"):
+        start_reload(model, mode="direct")
+    with pytest.raises(DirectReloadError, match="finish without a begin"):
+        from loadkit.reload import finish_direct_reload
+
+        finish_direct_reload(model)
+    grown = Transposed()
+    record_checkpoint_layout(grown)
+    grown.weight.data = torch.zeros(1)  # post-load processing shrank its storage below the layout
+    with pytest.raises(DirectReloadError, match="storage of 4 bytes"):
+        start_reload(grown, mode="direct")
+    assert grown.weight.shape == (1,)
+
+
+def test_direct_reload_zero_fills_the_padded_weights_a_layer_names():
+    model = padded_moe.PaddedMoeForCausalLM()
+    model.load_weights(padded_moe.make_checkpoint(seed=0).items())
+    record_checkpoint_layout(model)
+    experts = model.model.layers[0].experts
+    experts.w13_weight.data[:, 12:16] = 7.0  # whatever stale bytes the padding held
+    start_reload(model, mode="direct")
+    assert float(experts.w13_weight.abs().max()) == 0  # zeroed whole: the update must resend it
+    model.load_weights(padded_moe.make_checkpoint(seed=1).items())
+    finish_reload(model)
+    assert float(experts.w13_weight[:, 12:16].abs().max()) == 0
+
+
+# --- geometry ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ckpt", "view", "box"),
+    [
+        ((4, 6), lambda w: w, ((0, 4), (0, 6))),
+        ((4, 6), lambda w: w.t(), ((0, 4), (0, 6))),
+        ((4, 6), lambda w: w[1:3], ((1, 3), (0, 6))),
+        ((4, 6), lambda w: w[:, 2:5], ((0, 4), (2, 5))),
+        ((4, 6), lambda w: w.flatten()[6:18], ((1, 3), (0, 6))),
+        ((2, 3, 4), lambda w: w[1].transpose(0, 1), ((1, 2), (0, 3), (0, 4))),
+    ],
+)
+def test_a_copy_is_a_box_and_a_region_that_put_every_element_where_copy_did(ckpt, view, box):
+    source = torch.arange(float(torch.Size(ckpt).numel())).view(ckpt)
+    part = view(source)
+    dest = torch.full((64,), -1.0).as_strided(part.shape, torch.empty(part.shape).stride(), 5)
+    dims = list(zip(part.shape, part.stride(), dest.stride(), strict=True))
+    got_box, shape, stride = box_and_region(ckpt, part.storage_offset(), dims)
+    assert got_box == box
+    replay = torch.full((64,), -1.0)
+    picked = source[tuple(slice(a, b) for a, b in got_box)]
+    replay.as_strided(shape, stride, 5).copy_(picked.reshape(shape))
+    dest.copy_(part)
+    assert torch.equal(replay, dest.as_strided((64,), (1,), 0))
+
+
+def test_writes_that_continue_one_another_merge_and_byte_runs_cover_them():
+    rows = [Write(((i, i + 1), (0, 4)), "m", "w", Region(4 * i, (1, 4), (4, 1))) for i in (2, 0, 1)]
+    (merged,) = merge_writes(rows)
+    assert merged.src == ((0, 3), (0, 4)) and merged.dst == Region(0, (3, 4), (4, 1))
+    strided = [Write(((i, i + 1), (0, 4)), "m", "w", Region(8 * i, (1, 4), (4, 1))) for i in (0, 1)]
+    assert merge_writes(strided)[0].dst == Region(0, (2, 4), (8, 1))  # rows 8 apart: one write
+    apart = [Write(((i, i + 1), (0, 4)), "m", "w", Region(4 * i, (1, 4), (4, 1))) for i in (0, 2)]
+    assert len(merge_writes(apart)) == 2  # source rows 0 and 2: not one box
+    assert byte_runs(0, (3, 4), (4, 1), 4) == [(0, 48)]
+    assert byte_runs(8, (2, 2), (8, 1), 2) == [(8, 12), (24, 28)]
+
+
+def test_a_trace_has_no_data_and_remembers_its_views():
+    from loadkit.reload.bake import PlanSink, Targets
+
+    sink = PlanSink(Targets(nn.Module()))
+    trace = TraceTensor.checkpoint("w", torch.Size((4, 6)), torch.float32, sink)
+    part = trace.t().narrow(0, 1, 2)
+    assert part.geom is not None and part.geom.storage_offset() == 1
+    assert (part.key, part.shape) == ("w", torch.Size((2, 4)))
+    assert trace.is_meta and part.is_meta  # no data anywhere

@@ -68,6 +68,7 @@ def inspect_checkpoint(
     timeout: float | None = None,
     loader: str = "all",
     progress: bool = False,
+    model_impl: str = "auto",
 ) -> InspectReport:
     """Inspect ``checkpoint``: the pipeline, each step below in order, each given what it needs;
     the records they return make the report. These keywords are the inspector's options, the
@@ -102,6 +103,9 @@ def inspect_checkpoint(
             simulated header-only) or ``"all"`` (every loader the model has).
         progress: show a progress bar on stderr (tqdm) once the inspect has run 2 seconds
             (``LOADKIT_PROGRESS_DELAY`` seconds when set): shards read, names loaded.
+        model_impl: for ``model="hf"``, the implementation vLLM 0.34.0 is asked for (its
+            ``--model-impl``): ``"auto"`` (its native class where it has one), ``"vllm"``,
+            ``"transformers"`` (the Transformers modeling backend).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -122,11 +126,11 @@ def inspect_checkpoint(
             if tp is not None:
                 raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
             return InspectReport(read.summary, mapper=names.report, strict_index=strict_index)
-        built = build(model, dict(model_args or {}), read, names)
+        built = build(model, dict(model_args or {}), read, names, model_impl)
         probed = probe_prefixes(probe, read, built)
         loaded = load(rules, read, built, names, bar)
         traced = trace_mapper(read, built, loaded, names)
-        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read)
+        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
         fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
     return InspectReport(
@@ -277,15 +281,16 @@ def build(
     model_args: Mapping[str, Any],
     read: CheckpointRead,
     names: NameMapping,
+    model_impl: str = "auto",
 ) -> BuiltModel:
     """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
-    own."""
+    own. ``model_impl``: vLLM's ``--model-impl`` for an ``hf`` model."""
     from loadkit.mapper import WeightsMapper
     from loadkit_inspect.models.registry import build_model
 
     ck = read.checkpoint
     require_torch("--model (the load is simulated with torch on the meta device)")
-    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck, model_impl=model_impl)
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary
 
@@ -386,6 +391,7 @@ def plan_tensor_parallel(
     model: str | nn.Module | Callable[..., nn.Module],
     model_args: Mapping[str, Any],
     read: CheckpointRead,
+    model_impl: str = "auto",
 ) -> TPReport | None:
     """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
     if tp is None:
@@ -403,7 +409,7 @@ def plan_tensor_parallel(
         )
 
     def rebuild() -> nn.Module:
-        return build_model(model, ck.tensors, model_args, checkpoint=ck)[0]
+        return build_model(model, ck.tensors, model_args, checkpoint=ck, model_impl=model_impl)[0]
 
     return tp_report(ck.tensors, rebuild, tp)
 
@@ -424,21 +430,26 @@ def judge_loaders(
         TRANSFORMERS,
         VLLM,
         available_loaders,
+        hf_config,
         select_loaders,
         transformers_verdict,
+        vllm_side,
         vllm_verdict,
     )
 
     available = available_loaders(built.module)
-    selected = select_loaders(loader, available)
+    side = vllm_side(built.module, loaded)
+    selected = select_loaders(loader, available, unchecked=side.unmodelled)
     strict = strict_index
     files = _vllm_choice(read)
     verdicts = {
-        VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, files=files)
+        VLLM: vllm_verdict(
+            loaded.report, read.summary, tp=plan, strict_index=strict, side=side, files=files
+        )
     }
     from_pretrained = None
     if TRANSFORMERS in selected:
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        config = hf_config(built.module)
         from_pretrained = _from_pretrained(read, config).under(rules)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict

@@ -233,7 +233,8 @@ def run_layout(arch: Arch, layout: str, clean: Path, work: Path) -> dict[str, An
     folder = work / "folder"
     read_by_vllm = lay.write(clean, tensors, folder)
     oracle, _ = from_pretrained_outcome(arch, folder)
-    report = inspect_checkpoint(folder, model="hf")
+    # vLLM 0.34.0's Transformers backend, whatever class auto would pick (as hf_cases checks it)
+    report = inspect_checkpoint(folder, model="hf", model_impl="transformers")
     expected = None
     if read_by_vllm is not None:  # the tensors vLLM reads, in one plain file: transformers' view
         control = write_variant(clean, read_by_vllm, work / "control")
@@ -241,8 +242,12 @@ def run_layout(arch: Arch, layout: str, clean: Path, work: Path) -> dict[str, An
         assert said.lists is not None and model is not None, said
         hf = transformers_verdict(arch, control, said.lists, model)
         expected = expected_vllm(arch, "clean", hf, list(read_by_vllm))
+    # vLLM refuses some architectures before it reads a file (hf_cases.REFUSED_BY_BACKEND and
+    # others): that refusal, said of the clean checkpoint, is then the column, whatever the folder
+    said = inspect_checkpoint(clean, model="hf", model_impl="transformers", loader="vllm")
+    refused = next((p for p in said.loaders["vllm"].problems if p.startswith("vLLM refuses")), None)
     return {"oracle": oracle, "report": report, "expected_vllm": expected, "layout": lay,
-            "folder": folder}  # fmt: skip
+            "folder": folder, "refused": refused}  # fmt: skip
 
 
 def vllm_column(report: Any) -> Verdict:

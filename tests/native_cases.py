@@ -71,6 +71,50 @@ ARCHS: dict[str, NativeArch] = {
         NativeArch("qwen2", "Qwen2ForCausalLM", _cfg("Qwen2Config", **DENSE)),
         NativeArch("qwen3", "Qwen3ForCausalLM", _cfg("Qwen3Config", **DENSE, head_dim=8)),
         NativeArch(
+            "gemma2",
+            "Gemma2ForCausalLM",
+            _cfg("Gemma2Config", **DENSE, head_dim=8, pad_token_id=0),
+        ),
+        NativeArch(
+            "gemma3",
+            "Gemma3ForCausalLM",
+            _cfg("Gemma3TextConfig", **DENSE, head_dim=8, pad_token_id=0),
+        ),
+        NativeArch(
+            "mixtral",
+            "MixtralForCausalLM",
+            _cfg("MixtralConfig", **DENSE, num_local_experts=4, num_experts_per_tok=2),
+            moe=True,
+        ),
+        NativeArch(
+            "qwen2-moe",
+            "Qwen2MoeForCausalLM",
+            _cfg(
+                "Qwen2MoeConfig",
+                **DENSE,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=8,
+                shared_expert_intermediate_size=16,
+                decoder_sparse_step=1,
+            ),
+            moe=True,
+        ),
+        NativeArch(
+            "qwen3-moe",
+            "Qwen3MoeForCausalLM",
+            _cfg(
+                "Qwen3MoeConfig",
+                **DENSE,
+                head_dim=8,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=8,
+                mlp_only_layers=[0],
+            ),
+            moe=True,
+        ),
+        NativeArch(
             "phi3",
             "Phi3ForCausalLM",
             _cfg("Phi3Config", **DENSE, pad_token_id=0, bos_token_id=0, eos_token_id=0),
@@ -230,6 +274,54 @@ def m_rotary_saved(arch, t, config):
     return Variant({**t, key.replace("o_proj.weight", "rotary_emb.inv_freq"): torch.ones(2)})
 
 
+# The checkpoint names of a layer's experts: per expert (gate, up, down), and all at once.
+EXPERT_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+FUSED_NAMES = {"gate_proj": ("gate_up_proj", "down_proj"), "w1": ("w13", "w2")}
+
+
+def _expert_layers(t: dict[str, torch.Tensor]) -> dict[str, tuple[str, str, str, int]]:
+    """``{layer prefix: (gate, up, down, experts)}`` for every layer saved per expert."""
+    out = {}
+    for key in t:
+        m = re.match(r"(.*\.experts)\.(\d+)\.(\w+)\.weight$", key)
+        if m is None:
+            continue
+        for names in EXPERT_NAMES:
+            if m[3] == names[0]:
+                count = sum(
+                    k.startswith(m[1] + ".") and k.endswith(f".{names[0]}.weight") for k in t
+                )
+                out[m[1]] = (*names, count)
+    return out
+
+
+def m_expert_dropped(arch, t, config):
+    """One expert of the last expert layer missing (all three of its tensors)."""
+    layers = _expert_layers(t)
+    if not layers:
+        return None
+    prefix = sorted(layers)[-1] + ".1."
+    return Variant({k: v for k, v in t.items() if not k.startswith(prefix)})
+
+
+def m_experts_fused(arch, t, config):
+    """Every layer's experts saved all at once, as vLLM's fused mapping names them
+    (``experts.gate_up_proj [experts, 2 * intermediate, hidden]``, ``experts.down_proj``), where
+    per-expert tensors are expected."""
+    layers = _expert_layers(t)
+    if not layers:
+        return None
+    out = dict(t)
+    for layer, (gate, up, down, count) in layers.items():
+        pairs = [(f"{layer}.{e}.{gate}.weight", f"{layer}.{e}.{up}.weight") for e in range(count)]
+        w13 = [torch.cat([out.pop(g), out.pop(u)]) for g, u in pairs]
+        w2 = [out.pop(f"{layer}.{e}.{down}.weight") for e in range(count)]
+        fused_gate_up, fused_down = FUSED_NAMES[gate]
+        out[f"{layer}.{fused_gate_up}"] = torch.stack(w13)
+        out[f"{layer}.{fused_down}"] = torch.stack(w2)
+    return Variant(out)
+
+
 MUTATIONS: dict[str, Mutation] = {
     "clean": lambda arch, t, config: Variant(dict(t)),
     "prefix renamed": m_prefix_renamed,
@@ -243,6 +335,8 @@ MUTATIONS: dict[str, Mutation] = {
     "extra bias": m_extra_bias,
     "kv scale": m_kv_scale,
     "rotary buffer saved": m_rotary_saved,
+    "expert dropped": m_expert_dropped,
+    "experts fused": m_experts_fused,
 }
 
 

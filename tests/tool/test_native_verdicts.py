@@ -32,6 +32,16 @@ KIND = {
     "extra bias": "clean",
     "kv scale": "fails",
     "rotary buffer saved": "clean",
+    "expert dropped": "quiet",  # vLLM tracks no expert slice
+    "experts fused": "clean",  # the fused entries of the expert mapping take them
+}
+
+
+# Where an architecture answers otherwise, and why (read off its class).
+CASE_KIND = {
+    # Gemma2ForCausalLM has no lm_head at all (the embedding makes the logits): a saved head is
+    # a key the model has no place for
+    ("gemma2", "tied head flipped"): "fails",
 }
 
 
@@ -52,7 +62,7 @@ def test_the_vllm_verdict_is_the_native_classs(arch, mutation, native_clean, tmp
     expected = ARCHS[arch].vllm_class or ARCHS[arch].cls
     assert verdict.label == f"vllm 0.34.0, native {expected}"
     kind = "clean" if verdict.clean else "quiet" if verdict.quiet else "fails"
-    assert kind == KIND[mutation], verdict.phrase()
+    assert kind == CASE_KIND.get((arch, mutation), KIND[mutation]), verdict.phrase()
     assert report.exit_status == (0 if kind == "clean" else 1)
 
 

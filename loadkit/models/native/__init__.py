@@ -33,6 +33,11 @@ CLASSES: dict[str, str] = {
     "MistralForCausalLM": "loadkit.models.native.mistral:MistralForCausalLM",
     "Qwen2ForCausalLM": "loadkit.models.native.qwen2:Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "loadkit.models.native.qwen2:Qwen3ForCausalLM",
+    "Gemma2ForCausalLM": "loadkit.models.native.gemma:Gemma2ForCausalLM",
+    "Gemma3ForCausalLM": "loadkit.models.native.gemma:Gemma3ForCausalLM",
+    "MixtralForCausalLM": "loadkit.models.native.moe:MixtralForCausalLM",
+    "Qwen2MoeForCausalLM": "loadkit.models.native.moe:Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM": "loadkit.models.native.moe:Qwen3MoeForCausalLM",
 }
 
 

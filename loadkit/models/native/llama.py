@@ -27,7 +27,7 @@ and the Qwen families build on it too (``mistral``, ``qwen2``, ``qwen3``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -43,6 +43,7 @@ from loadkit.models.native.common import (
     make_layers,
     maybe_prefix,
     setting,
+    text_config,
 )
 from loadkit.parallel.linear import (
     MergedColumnParallelLinear,
@@ -155,13 +156,15 @@ class LlamaDecoderLayer(nn.Module):
         )
 
 
-class LlamaModel(nn.Module):
-    hf_to_vllm_mapper = STACKED
+class DecoderModel(nn.Module):
+    """The embedding, ``layer_type`` layers and the final norm, from the text config; no
+    ``load_weights`` of its own (the root's loader walks it)."""
+
     layer_type: type[nn.Module] = LlamaDecoderLayer
 
     def __init__(self, config: PretrainedConfig, *, prefix: str = "model") -> None:
         super().__init__()
-        self.config = config
+        self.config = config = text_config(config)
         dtype = dtype_of(config)
         self.vocab_size = config.vocab_size
         self.embed_tokens = VocabParallelEmbedding(
@@ -178,6 +181,13 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dtype)
 
+
+class LlamaModel(DecoderModel):
+    """vLLM's ``LlamaModel``: its own ``load_weights``, an ``AutoWeightsLoader`` with the stacked
+    mapper."""
+
+    hf_to_vllm_mapper = STACKED
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loader = AutoWeightsLoader(self)
         return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
@@ -187,7 +197,7 @@ class LlamaForCausalLM(nn.Module):
     """vLLM's ``LlamaForCausalLM`` on the current device and tensor-parallel group."""
 
     hf_to_vllm_mapper = STACKED
-    model_type: type[nn.Module] = LlamaModel
+    model_type: type[DecoderModel] = LlamaModel
     packed_modules_mapping = {  # noqa: RUF012 (upstream's class attribute)
         "qkv_proj": ["q_proj", "k_proj", "v_proj"],
         "gate_up_proj": ["gate_proj", "up_proj"],
@@ -195,7 +205,7 @@ class LlamaForCausalLM(nn.Module):
 
     def __init__(self, config: PretrainedConfig, *, prefix: str = "") -> None:
         super().__init__()
-        self.config = config
+        self.config = config = text_config(config)
         self.tp_rank, self.tp_size = get_tp_group().rank, get_tp_group().world_size
         self.model = self.model_type(config, prefix=maybe_prefix(prefix, "model"))
         self.lm_head = ParallelLMHead(
@@ -205,9 +215,7 @@ class LlamaForCausalLM(nn.Module):
             prefix=maybe_prefix(prefix, "lm_head"),
         )
         if tied(config):
-            self.lm_head = self.lm_head.tie_weights(
-                cast(VocabParallelEmbedding, self.model.embed_tokens)
-            )
+            self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return AutoWeightsLoader(self).load_weights(weights)

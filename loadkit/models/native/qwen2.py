@@ -39,6 +39,7 @@ class Qwen2Attention(nn.Module):
         head_dim: int,
         qkv_bias: bool,
         qk_norm: bool,
+        o_bias: bool = False,
         dtype: torch.dtype | None = None,
         prefix: str = "",
     ) -> None:
@@ -57,7 +58,7 @@ class Qwen2Attention(nn.Module):
         self.o_proj = RowParallelLinear(
             heads * head_dim,
             config.hidden_size,
-            bias=False,
+            bias=o_bias,
             params_dtype=dtype,
             prefix=f"{prefix}.o_proj",
         )

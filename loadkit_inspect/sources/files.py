@@ -161,6 +161,8 @@ def transformers_files(folder: str | os.PathLike[str], explicit: str | None = No
     if found:
         what = found[0] if len(found) == 1 else f"its {len(found)} weight files"
         why += f" (it never reads {what})"
+    else:
+        why += " (the folder has no weights)"
     raised = Raised("OSError", message, why)
     return FileChoice("transformers", (), "none", raised, unread=tuple(found))
 

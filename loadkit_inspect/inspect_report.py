@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
-SCHEMA_VERSION = 6  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each version added
 # A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 
@@ -114,6 +114,12 @@ class InspectReport:
         return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
 
     @property
+    def labelled(self) -> bool:
+        """Does a loader's verdict name the class it uses (``--model hf``: the class vLLM would
+        use)? Then that verdict, not the dry load's counts, is what the report concludes."""
+        return any(v.via for v in (self.loaders or {}).values())
+
+    @property
     def _strict_fails(self) -> bool:
         return self.strict_index and bool(self.checkpoint.inconsistent)
 
@@ -132,7 +138,7 @@ class InspectReport:
         """Short descriptions of what keeps the checkpoint from loading cleanly: with several
         selected loaders each one's verdict, named; else the index's, the load's and (for
         ``vllm``) what ``--tp`` found."""
-        if self.loaders and len(self.selected_loaders) > 1:
+        if self.loaders and (len(self.selected_loaders) > 1 or self.labelled):
             chosen = [self.loaders[n] for n in self.selected_loaders]
             return [f"{v.label}: {p}" for v in chosen for p in v.problems]
         out = []
@@ -225,12 +231,15 @@ class InspectReport:
     def _headline(self) -> str | None:
         """Every selected loader's verdict side by side, for a model with more than one loader
         (one line per loader when they do not fit on one)."""
-        if not self.loaders or len(self.loaders) < 2:
+        if not self.loaders or (len(self.loaders) < 2 and not self.labelled):
             return None
         from loadkit.fmt import WIDTH, wrap
         from loadkit_inspect.loaders import headline
 
-        verdicts = [self.loaders[n] for n in self.selected_loaders]
+        # The selected loaders' verdicts, and a loader's that was not checked (it says why).
+        verdicts = [
+            v for n, v in self.loaders.items() if n in self.selected_loaders or not v.checked
+        ]
         line = printable(headline(verdicts))
         if len(line) + len("verdict: ") <= WIDTH:
             return line

@@ -73,6 +73,7 @@ def inspect_checkpoint(
     timeout: float | None = None,
     loader: str = "all",
     progress: bool = False,
+    model_impl: str = "auto",
 ) -> InspectReport:
     """Inspect ``checkpoint``: the pipeline, each step below in order, each given what it needs;
     the records they return make the report. These keywords are the inspector's options, the
@@ -93,7 +94,7 @@ def inspect_checkpoint(
             reads); with ``replace_mapper`` they replace them.
         mapper_label: how the report names ``mapper``.
         replace_mapper: ``mapper`` replaces the model's rules instead of extending them.
-        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+        rules: rules added to the model's root AutoWeightsLoader (skip, ignore) and to the verdict
             (``allow_missing``, ``strict_dtype``).
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
@@ -107,6 +108,9 @@ def inspect_checkpoint(
             simulated header-only) or ``"all"`` (every loader the model has).
         progress: show a progress bar on stderr (tqdm) once the inspect has run 2 seconds
             (``LOADKIT_PROGRESS_DELAY`` seconds when set): shards read, names loaded.
+        model_impl: for ``model="hf"``, the implementation vLLM 0.34.0 is asked for (its
+            ``--model-impl``): ``"auto"`` (its native class where it has one), ``"vllm"``,
+            ``"transformers"`` (the Transformers modeling backend).
 
     Returns:
         The report; bad input raises a ``loadkit.errors.LoadkitError``.
@@ -127,11 +131,11 @@ def inspect_checkpoint(
             if tp is not None:
                 raise LoadkitError("tp needs a model: what each rank holds depends on its layers")
             return InspectReport(read.summary, mapper=names.report, strict_index=strict_index)
-        built = build(model, dict(model_args or {}), read, names)
+        built = build(model, dict(model_args or {}), read, names, model_impl)
         probed = probe_prefixes(probe, read, built)
         loaded = load(rules, read, built, names, bar)
         traced = trace_mapper(read, built, loaded, names)
-        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read)
+        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
         fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
     return InspectReport(
@@ -257,15 +261,16 @@ def build(
     model_args: Mapping[str, Any],
     read: CheckpointRead,
     names: NameMapping,
+    model_impl: str = "auto",
 ) -> BuiltModel:
     """The model on ``meta`` (torch comes in here); the user's mapper extends (or replaces) its
-    own."""
+    own. ``model_impl``: vLLM's ``--model-impl`` for an ``hf`` model."""
     from loadkit.mapper import WeightsMapper
     from loadkit_inspect.models.registry import build_model
 
     ck = read.checkpoint
     require_torch("--model (the load is simulated with torch on the meta device)")
-    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck)
+    module, spec = build_model(model, ck.tensors, model_args, checkpoint=ck, model_impl=model_impl)
     # After the build: a model that cannot be built (no config.json) fails before torch loads.
     from loadkit_inspect.simulate import model_summary
 
@@ -274,7 +279,8 @@ def build(
     mapper = own
     if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
-        # for this (meta) model only. The dry load extends (or replaces) the root loader's.
+        # for this (meta) model only. The dry load extends (or replaces) the root
+        # AutoWeightsLoader's.
         extend = not names.replace and own is not None
         mapper = own | names.mapper if extend and own is not None else names.mapper
         setattr(module, "hf_to_vllm_mapper", mapper)  # noqa: B010 (an instance attribute)
@@ -304,7 +310,7 @@ def load(
     names: NameMapping,
     progress: Progress,
 ) -> DryLoad:
-    """The load simulated on ``meta`` with the model's own loader and the user's rules."""
+    """The load simulated on ``meta`` with the model's ``load_weights`` and the user's rules."""
     from loadkit_inspect.simulate import dry_load
 
     replace = names.replaces
@@ -317,7 +323,7 @@ def load(
         rules=rules,
         progress=progress.stage("dry load", "name"),
     )
-    if rules.for_loader and not loaded.autoloader:
+    if rules.for_auto_loader and not loaded.auto_loader_at_root:
         loaded.report.notes.append(
             f"{built.cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
             "skip and ignore rules given were not applied"
@@ -332,24 +338,24 @@ def trace_mapper(
     names: NameMapping,
 ) -> MapperReport | None:
     """The mapper section: the user's rules (as the load used them, after the model's own;
-    noting a load that bypassed them), else the mapper the model's root loader used, else the
-    model's ``hf_to_vllm_mapper``."""
+    noting a load that bypassed them), else the mapper the model's root AutoWeightsLoader used,
+    else the model's ``hf_to_vllm_mapper``."""
     from loadkit_inspect.mapper_trace import mapper_report
 
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
     if names.mapper is not None:
         traced, label = names.mapper, names.label
-        if loaded.autoloader and loaded.mapper is not None and not names.replace:
+        if loaded.auto_loader_at_root and loaded.mapper is not None and not names.replace:
             traced, label = loaded.mapper, f"{cls}'s own rules, then {names.label}"
         report = mapper_report(traced, read.names, label, origins)
-        if not loaded.autoloader:
+        if not loaded.auto_loader_at_root:
             report.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
         return report
-    if loaded.autoloader and loaded.mapper is not None:
+    if loaded.auto_loader_at_root and loaded.mapper is not None:
         source = (
             f"{cls}.hf_to_vllm_mapper"
             if loaded.mapper is built.mapper
@@ -366,6 +372,7 @@ def plan_tensor_parallel(
     model: str | nn.Module | Callable[..., nn.Module],
     model_args: Mapping[str, Any],
     read: CheckpointRead,
+    model_impl: str = "auto",
 ) -> TPReport | None:
     """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
     if tp is None:
@@ -383,7 +390,7 @@ def plan_tensor_parallel(
         )
 
     def rebuild() -> nn.Module:
-        return build_model(model, ck.tensors, model_args, checkpoint=ck)[0]
+        return build_model(model, ck.tensors, model_args, checkpoint=ck, model_impl=model_impl)[0]
 
     return tp_report(ck.tensors, rebuild, tp)
 
@@ -404,20 +411,25 @@ def judge_loaders(
         TRANSFORMERS,
         VLLM,
         available_loaders,
+        hf_config,
         select_loaders,
         transformers_verdict,
+        vllm_side,
         vllm_verdict,
     )
 
     available = available_loaders(built.module)
-    selected = select_loaders(loader, available)
+    side = vllm_side(built.module, loaded)
+    selected = select_loaders(loader, available, unchecked=side.unmodelled)
     strict = strict_index
-    verdicts = {VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict)}
+    verdicts = {
+        VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, side=side)
+    }
     from_pretrained = None
     if TRANSFORMERS in selected:
         from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
 
-        config = getattr(built.module, "config")  # noqa: B009 (a transformers wrapper's config)
+        config = hf_config(built.module)
         infos, reads = _transformers_reads(read)
         from_pretrained = from_pretrained_verdict(config, infos).under(rules)
         from_pretrained = from_pretrained._replace(reads=reads)
@@ -455,7 +467,7 @@ def suggest_fixes(
     """Rules that explain a systematic mismatch, offered only when a second dry load makes
     things better (proven when it is clean); or the rules considered and refused, and why. A
     fix names the other loaders judged, which its mapper rules do not apply to."""
-    if not suggest or loaded.report.clean or not loaded.autoloader:
+    if not suggest or loaded.report.clean or not loaded.auto_loader_at_root:
         return None, None
     from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
     from loadkit_inspect.simulate import dry_load

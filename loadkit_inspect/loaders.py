@@ -4,9 +4,9 @@
 A checkpoint "loads" only with respect to a loader:
 
 - ``vllm``: the model's own loading code as loadkit re-implements vLLM's (``VLLM_VERSION``, the
-  release loadkit follows; for ``--model hf``, vLLM's Transformers modeling backend: its derived
-  mapper, ``AutoWeightsLoader`` and the wrapper's skip rules); the report's ``load`` section is
-  this loader's;
+  release loadkit follows; for ``--model hf``, the class vLLM 0.34.0 would use, named in the
+  verdict: a native class judged as its ``track_weights_loading`` judges it, or its Transformers
+  modeling backend); the report's ``load`` section is this loader's;
 - ``transformers``: ``PreTrainedModel.from_pretrained`` of the installed transformers, computed
   header-only by ``loadkit_inspect.simulate.from_pretrained``.
 
@@ -30,6 +30,7 @@ from loadkit.fmt import plural
 from loadkit.terms import VLLM_VERSION
 
 if TYPE_CHECKING:
+    from loadkit.loading import Tracked
     from loadkit_inspect.report.records import LoadReport
     from loadkit_inspect.report.summary import CheckpointSummary
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
@@ -44,30 +45,67 @@ SHOWN = 3  # names shown per kind of problem in the headline
 
 class LoaderVerdict(NamedTuple):
     """Would ``loader`` (at ``version``) load the checkpoint cleanly, and if not, why (short
-    phrases)."""
+    phrases).
+
+    ``via``: the class the loader would use, where the model says (``--model hf``: ``native
+    Qwen3MoeForCausalLM``); ``checked``: ``False`` when loadkit does not model that class (no
+    verdict, ``problems`` says why); ``quiet``: the load would go through without an error and
+    leave tensors uninitialised (vLLM's most dangerous outcome), ``problems`` says which.
+    """
 
     loader: str
     clean: bool
     problems: list[str]
     version: str = ""
+    via: str | None = None
+    checked: bool = True
+    quiet: bool = False
 
     @property
     def label(self) -> str:
-        """The loader and the version it answers for: ``vllm 0.34.0``."""
-        return f"{self.loader} {self.version}" if self.version else self.loader
+        """The loader, the version it answers for and the class it uses: ``vllm 0.34.0``,
+        ``vllm 0.34.0, native LlamaForCausalLM``."""
+        name = f"{self.loader} {self.version}" if self.version else self.loader
+        return f"{name}, {self.via}" if self.via else name
 
     def phrase(self) -> str:
+        if not self.checked:
+            return f"{self.label}: not checked ({'; '.join(self.problems)})"
         if self.clean:
             return f"{self.label}: would load cleanly"
+        if self.quiet:
+            return f"{self.label}: would load WITHOUT AN ERROR but leave {'; '.join(self.problems)}"
         return f"{self.label}: would NOT load ({'; '.join(self.problems)})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "loader": self.loader,
             "version": self.version,
             "clean": self.clean,
             "problems": list(self.problems),
         }
+        if self.via is not None:  # --model hf: the class, and what kind of verdict it is
+            out.update(label=self.label, checked=self.checked, quiet=self.quiet)
+        return out
+
+
+class VllmSide(NamedTuple):
+    """What the ``vllm`` verdict needs beyond the dry load: the class vLLM would use (``via``)
+    and the version of the registry that chose it, vLLM's refusal of the architecture, why the
+    class is not modelled, and the load as vLLM's ``track_weights_loading`` judges it
+    (``loadkit.loading.track.Tracked``: only for vLLM's native classes, whose layers carry a
+    ``quant_method``)."""
+
+    via: str | None = None
+    version: str = VLLM_VERSION
+    refusal: str | None = None
+    unmodelled: str | None = None
+    tracked: Tracked | None = None
+
+    def verdict(
+        self, clean: bool, problems: list[str], *, checked: bool = True, quiet: bool = False
+    ) -> LoaderVerdict:
+        return LoaderVerdict(VLLM, clean, problems, self.version, self.via, checked, quiet)
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -120,27 +158,63 @@ def vllm_verdict(
     *,
     tp: TPReport | None = None,
     strict_index: bool = False,
+    side: VllmSide | None = None,
 ) -> LoaderVerdict:
-    """The ``vllm`` loader's verdict (for ``VLLM_VERSION``) from the simulated load, the index,
-    and with ``tp`` what vLLM makes of that many ranks (a refusal is vLLM's alone: transformers
-    has no tp). vLLM checks ``tp`` before it builds the model and the index before it loads a
-    weight: what raises first is all it says."""
+    """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
+    vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
+    refuses an architecture before anything else, checks ``tp`` before it builds the model and
+    the index before it loads a weight: what raises first is all it says. With
+    ``side.tracked``, tensors vLLM does not check are no failure of their own: the load goes
+    through and leaves them uninitialised (``quiet``)."""
+    side = side or VllmSide()
+    if side.unmodelled is not None:
+        return side.verdict(False, [side.unmodelled], checked=False)
+    if side.refusal is not None:
+        return side.verdict(False, [f"vLLM refuses it: {side.refusal}"])
     problems = tp.problems() if tp is not None else []
     raised = index_raises(checkpoint)
     if problems or raised:
-        return LoaderVerdict(VLLM, False, problems + raised, VLLM_VERSION)
-    problems = _strict(checkpoint, strict_index)
+        return side.verdict(False, problems + raised)
+    problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
+    allowed = {m.name for m in load.missing if m.allowed is not None}
+    quiet = [q for q in (side.tracked.quiet if side.tracked else []) if q not in allowed]
+    if not problems and quiet and load.clean_but_missing:
+        return side.verdict(False, [_uninitialised(quiet)], quiet=True)
+    if quiet:
+        problems.append(f"besides, {_uninitialised(quiet)}")
+    clean = load.clean_but_missing and not problems
+    return side.verdict(clean, [] if clean else problems or ["the load fails"])
+
+
+def _uninitialised(names: list[str]) -> str:
+    """``2 tensors uninitialised (never in the checkpoint; vLLM does not check them): a, b``."""
+    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+    them = "it" if len(names) == 1 else "them"
+    return (
+        f"{plural(len(names), 'tensor')} uninitialised (never in the checkpoint; vLLM does not "
+        f"check {them}): {shown}"
+    )
+
+
+def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:
+    """The dry load's problems as vLLM raises them: unexpected keys, missing tensors (with
+    ``tracked``: only those vLLM checks, and the missing shards of a partly loaded stacked
+    parameter), mismatched shapes, and the rest as the load report counts them."""
+    problems = []
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
-    if load.failing_missing:
-        problems.append(_names("missing", [m.name for m in load.failing_missing]))
+    if tracked is None:
+        missing = [m.name for m in load.failing_missing]
+    else:
+        allowed = {m.name for m in load.missing if m.allowed is not None}
+        missing = [n for n in tracked.refused if n not in allowed]
+    if missing:
+        problems.append(_names("missing", missing))
     if load.shape_mismatches:
         problems.append(_names("mismatched", [s.param or s.name for s in load.shape_mismatches]))
     # The rest (load errors, casts refused by --strict-dtype...) as the load report counts them.
     counted = ("unexpected", "shape mismatch", "never filled")
-    problems += [p for p in load.problems() if not any(c in p for c in counted)]
-    clean = load.clean and not problems
-    return LoaderVerdict(VLLM, clean, [] if clean else problems or ["the load fails"], VLLM_VERSION)
+    return problems + [p for p in load.problems() if not any(c in p for c in counted)]
 
 
 def transformers_verdict(
@@ -172,30 +246,57 @@ def headline(verdicts: list[LoaderVerdict]) -> str:
     return " | ".join(v.phrase() for v in verdicts)
 
 
-def select_loaders(choice: str, available: tuple[str, ...]) -> tuple[str, ...]:
-    """The loaders ``--loader choice`` selects among those the model has.
+def select_loaders(
+    choice: str, available: tuple[str, ...], *, unchecked: str | None = None
+) -> tuple[str, ...]:
+    """The loaders ``--loader choice`` selects among those the model has. ``unchecked``: why
+    the ``vllm`` loader has no verdict (loadkit does not model the class vLLM would use):
+    ``all`` then selects the others, and ``vllm`` alone is an error.
 
     >>> select_loaders("all", ("transformers", "vllm")), select_loaders("vllm", ("vllm",))
     (('transformers', 'vllm'), ('vllm',))
+    >>> select_loaders("all", ("transformers", "vllm"), unchecked="not modelled")
+    ('transformers',)
     >>> select_loaders("transformers", ("vllm",))  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     loadkit.errors.LoadkitError: --loader transformers: ...
     """
-    if choice == ALL:
-        return available
     if choice not in LOADER_CHOICES:
         raise LoadkitError(f"--loader {choice!r}: choose from {', '.join(LOADER_CHOICES)}")
+    if choice == ALL:
+        return tuple(n for n in available if not (n == VLLM and unchecked and len(available) > 1))
     if choice not in available:
         raise LoadkitError(
             f"--loader {choice}: this model loads only with {', '.join(available)} (the "
             "transformers loader is for models built from a transformers class: --model hf)"
         )
+    if choice == VLLM and unchecked:
+        raise LoadkitError(f"--loader vllm: no verdict: {unchecked}")
     return (choice,)
 
 
-def available_loaders(module: Any) -> tuple[str, ...]:
-    """``("transformers", "vllm")`` for a model built from a transformers class (``--model hf``),
-    else ``("vllm",)``."""
+def hf_config(module: Any) -> Any:
+    """The transformers config a model was built from (``--model hf``), or ``None``."""
+    found = getattr(module, "hf_config", None)
+    if found is not None:
+        return found
     from loadkit.models.transformers import Base
 
-    return (TRANSFORMERS, VLLM) if isinstance(module, Base) else (VLLM,)
+    return module.config if isinstance(module, Base) else None
+
+
+def available_loaders(module: Any) -> tuple[str, ...]:
+    """``("transformers", "vllm")`` for a model built from a transformers config (``--model
+    hf``), else ``("vllm",)``."""
+    return (TRANSFORMERS, VLLM) if hf_config(module) is not None else (VLLM,)
+
+
+def vllm_side(module: Any, loaded: Any) -> VllmSide:
+    """The ``vllm`` verdict's side information for ``module`` (built by ``--model hf``: it
+    carries ``vllm_class``, the class vLLM would use) and its dry load ``loaded``."""
+    choice = getattr(module, "vllm_class", None)
+    if choice is None:
+        return VllmSide()
+    tracked = loaded.tracked if choice.native else None
+    unmodelled = getattr(module, "vllm_unmodelled", None)
+    return VllmSide(choice.via, choice.version, choice.refusal, unmodelled, tracked)

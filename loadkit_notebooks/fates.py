@@ -1,7 +1,8 @@
 """One colour per fate of a checkpoint key or a model tensor, the same in every notebook.
 
 Only the fates that keep a checkpoint from loading get warning colours (orange, red, raspberry,
-amber); a key that loaded, or was set aside on purpose by a rule, gets a quiet one. Plotly's
+amber, purple); a key that loaded, or was set aside on purpose by a rule, gets a quiet one,
+unless the tensor it would have filled is then missing (purple: the cause of that problem). Plotly's
 default colour sequence is never used for fates: it paints whatever comes first red (once
 ``lm_head``, which read as an error).
 """
@@ -11,6 +12,9 @@ from __future__ import annotations
 from loadkit.terms import Status
 
 MISSING = "missing"  # a model tensor no key filled ("never filled" in the report)
+# A key a rule set aside on purpose (dropped, skipped, ignored) whose own tensor is then missing:
+# the cause of a missing tensor, not a quiet fate (GPT-2's attention biases under vLLM's rules).
+LEFT_OUT = "left out, its tensor missing"
 NOT_CHECKED = "header only"  # no model given: the key's fate is not known
 
 FATE_COLOURS: dict[str, str] = {
@@ -24,6 +28,7 @@ FATE_COLOURS: dict[str, str] = {
     Status.SHAPE_MISMATCH: "#d62828",
     Status.LOAD_ERROR: "#7b0d1e",
     Status.UNCONSUMED: "#e9b000",
+    LEFT_OUT: "#8e44ad",
     MISSING: "#c2185b",
 }
 PROBLEMS = (
@@ -31,6 +36,7 @@ PROBLEMS = (
     Status.SHAPE_MISMATCH,
     Status.LOAD_ERROR,
     Status.UNCONSUMED,
+    LEFT_OUT,
     MISSING,
 )
 # What each fate means, for a legend.
@@ -45,6 +51,7 @@ FATE_WORDS: dict[str, str] = {
     Status.SHAPE_MISMATCH: "shape mismatch",
     Status.LOAD_ERROR: "load error",
     Status.UNCONSUMED: "unconsumed: no loader took it",
+    LEFT_OUT: "set aside by a rule, yet its tensor is missing",
     MISSING: "missing: a model tensor no key filled",
 }
 BRANCH = "#f1f3f5"  # a box of several keys with no problem among them

@@ -131,3 +131,18 @@ def _breakable(cell: str) -> str:
     numbers), so long parameter names wrap inside their column instead of widening the table."""
     text = html.escape(cell, quote=False)
     return text if len(cell) <= _SHORT else _NAME_DOT.sub(".<wbr>", text)
+
+
+# JupyterLab styles an output's <pre> with ``word-break: break-all``: a line a little wider than
+# the output area breaks inside a word ("check" / "point"). Text shown in an HTML widget keeps
+# its lines whole instead, and scrolls sideways when the area is narrower.
+PRE_STYLE = "white-space: pre; word-break: normal; overflow-wrap: normal; overflow-x: auto"
+
+
+def pre(text: str) -> str:
+    """``text`` as an HTML ``<pre>`` whose lines never break inside a word.
+
+    >>> pre("a < b").endswith('normal; overflow-x: auto">a &lt; b</pre>')
+    True
+    """
+    return f'<pre style="{PRE_STYLE}">{html.escape(text)}</pre>'

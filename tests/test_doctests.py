@@ -1,4 +1,5 @@
-"""The examples in the library's docstrings run, and the public API's functions have them."""
+"""The examples in the docstrings of the three parts (library, tool, notebook layer) run, and the
+public API's functions have them."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from pathlib import Path
 import pytest
 
 import loadkit
+import loadkit_inspect
+import loadkit_notebooks
 
 REPO = Path(__file__).resolve().parent.parent
+PARTS = (loadkit, loadkit_inspect, loadkit_notebooks)
 MODULES = sorted(
     m.name
-    for m in pkgutil.walk_packages(loadkit.__path__, "loadkit.")
+    for part in PARTS
+    for m in pkgutil.walk_packages(part.__path__, f"{part.__name__}.")
     if m.name != "loadkit_inspect.__main__"
-)
+) + [part.__name__ for part in PARTS]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 # The public API: each name has an example; each function also Args and Returns.

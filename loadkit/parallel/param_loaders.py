@@ -28,7 +28,10 @@ def _dim(param: torch.Tensor, name: str) -> int:
 
 
 def _check_group(param: torch.Tensor) -> int:
-    """The group's rank, after checking the parameter was built for a group of this size."""
+    """The group's rank, after checking the parameter was built for a group of this size (0
+    for a parameter of a layer built whole on every rank, vLLM's ``disable_tp``)."""
+    if getattr(param, "replicated", False):
+        return 0
     group = get_tp_group()
     built = getattr(param, "tp_size", group.world_size)
     if built != group.world_size:
@@ -52,6 +55,12 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     if tuple(dst.shape) != tuple(src.shape):
         raise ShapeMismatchError(tuple(dst.shape), tuple(src.shape))
     dst.copy_(src)
+
+
+def narrow_fused(weight: torch.Tensor, dim: int, start: int, size: int) -> torch.Tensor:
+    """Rows ``start .. start+size-1`` of a tensor stacked on disk (q, k and v one after the
+    other), or an error naming the rows that are not there (vLLM's ``narrow`` raises)."""
+    return _narrow(weight, dim, start, size)
 
 
 def _narrow(weight: torch.Tensor, dim: int, start: int, size: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ from torch import nn
 
 from loadkit.errors import ShapeMismatchError
 from loadkit.parallel.linear import sharded_parameter
+from loadkit.parallel.quant import UnquantizedEmbeddingMethod
 from loadkit.parallel.state import divide, get_tp_group
 
 DEFAULT_VOCAB_PADDING_SIZE = 64
@@ -81,6 +82,7 @@ class VocabParallelEmbedding(nn.Module):
         self.shard = vocab_shard(num_embeddings, self.tp_rank, self.tp_size, padding_size)
         self.num_embeddings_per_partition = self.shard.padded_end - self.shard.padded_start
         self.prefix = prefix
+        self.quant_method = UnquantizedEmbeddingMethod()
         self.weight = sharded_parameter(
             (self.num_embeddings_per_partition, embedding_dim),
             params_dtype,
@@ -141,6 +143,11 @@ class ParallelLMHead(VocabParallelEmbedding):
             )
         else:
             self.register_parameter("bias", None)
+
+    def tie_weights(self, embed_tokens: VocabParallelEmbedding) -> ParallelLMHead:
+        """Share ``embed_tokens``' weight (vLLM's ``ParallelLMHead.tie_weights``)."""
+        self.weight = embed_tokens.weight
+        return self
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits: this rank's slice, all-gathered, padding dropped."""

@@ -252,6 +252,14 @@ def _add_verdict(inspect: argparse.ArgumentParser) -> None:
         "PreTrainedModel.from_pretrained), or all the model has (default)",
     )
     inspect.add_argument(
+        "--model-impl",
+        choices=("auto", "vllm", "transformers"),
+        default="auto",
+        help="with --model hf, the implementation vLLM 0.34.0 is asked for, as its own "
+        "--model-impl: auto (its native class where it has one, else the Transformers "
+        "backend; default), vllm (native only), transformers (the Transformers backend)",
+    )
+    inspect.add_argument(
         "--strict-index",
         action="store_true",
         help="an inconsistent index fails (exit 1) even where every tensor still loads (a key "
@@ -329,5 +337,6 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
         "tp": args.tp,
         "strict_index": args.strict_index,
         "loader": args.loader,
+        "model_impl": args.model_impl,
     }
     return InspectCommand(args.checkpoint, options, args.json, args.limit, args.debug)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.errors import ModelSpecError
+from loadkit.errors import LoadkitError, ModelSpecError
 
 if TYPE_CHECKING:
     from torch import nn
+    from transformers import PretrainedConfig
 
     from loadkit.checkpoint import Checkpoint
+    from loadkit_inspect.models.vllm import VllmClass
 
 # spec name -> wrapper task (None: chosen from the config's architecture, as upstream)
 HF_SPECS: dict[str, str | None] = {
@@ -96,14 +98,147 @@ def _remote_source(spec: str, task: str | None, checkpoint: Checkpoint) -> HFSou
     return HFSource(task, url, config_dict(text, url))
 
 
-def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
-    """transformers' config from ``source``, and the wrapper picked for it, on ``device``."""
-    from loadkit.models.transformers import choose_wrapper, config_from_dict, one_line
+def build_from_source(
+    source: HFSource, *, device: str = "meta", model_impl: str = "auto"
+) -> nn.Module:
+    """transformers' config from ``source``, and the model vLLM 0.34.0 would build for it
+    (``loadkit_inspect.models.vllm.resolve``), on ``device``.
+
+    vLLM's own class where loadkit re-implements it (``loadkit.models.native``); otherwise the
+    Transformers backend's wrapper, which stands in for the load section when vLLM would use a
+    class loadkit does not model (the ``vllm`` verdict then says it was not checked). The model
+    carries ``vllm_class`` (which class, why), ``vllm_unmodelled`` (``None``, or why the vllm
+    column is not checked), ``hf_config`` and ``config_source``.
+    """
+    from loadkit.models.transformers import config_from_dict
+    from loadkit_inspect.models.vllm import resolve
 
     config = config_from_dict(source.data, source.path)
-    choice = choose_wrapper(config, source.task)
+    if source.task is not None:
+        choice = _asked_for(config, source.task)
+    else:
+        choice = resolve(config, model_impl)
+        _known_somewhere(choice, source.path)
+    unmodelled = _unmodelled(choice)
+    if choice.native and unmodelled is None:
+        model = _native(config, choice, source.path, device)
+    else:
+        model = _backend_wrapper(config, source, choice, device)
+    # Plain attributes for the report (the model's own code never reads them).
+    for name, value in (
+        ("vllm_class", choice),
+        ("vllm_unmodelled", unmodelled),
+        ("hf_config", config),
+        ("config_source", source.path),
+    ):
+        object.__setattr__(model, name, value)
+    return model
+
+
+# The backend's wrappers loadkit re-implements, by the task they serve.
+BACKEND_TASKS = {
+    "TransformersForCausalLM": "causal",
+    "TransformersEmbeddingModel": "embed",
+    "TransformersForSequenceClassification": "classify",
+}
+
+
+def _known_somewhere(choice: VllmClass, path: str) -> None:
+    """An architecture vLLM refuses that transformers has no class for either is bad input."""
+    from loadkit_inspect.models.vllm import known_to_transformers, nearest_known
+
+    arch = choice.architecture
+    if choice.refusal is None or arch is None or known_to_transformers(arch):
+        return
+    import transformers
+
+    near = nearest_known(arch)
+    hint = f"; nearest known: {', '.join(near)}" if near else ""
+    raise ModelSpecError(
+        f"{path}: architectures[0] {arch!r}: neither vLLM 0.34.0 nor transformers "
+        f"{transformers.__version__} knows this architecture{hint}"
+    )
+
+
+def _asked_for(config: PretrainedConfig, task: str) -> VllmClass:
+    from loadkit.models.transformers import WRAPPERS
+    from loadkit_inspect.models.vllm import VllmClass
+
+    if task not in WRAPPERS:
+        raise ModelSpecError(f"unknown wrapper {task!r}; choose from {', '.join(WRAPPERS)}")
+    name = WRAPPERS[task].__name__
+    architectures = list(getattr(config, "architectures", None) or [])
+    arch = architectures[0] if architectures else None
+    return VllmClass(name, arch, False, f"asked for ({task})")
+
+
+def _unmodelled(choice: VllmClass) -> str | None:
+    """``None`` when loadkit models the class vLLM would use, else why the vllm column is not
+    checked."""
+    from loadkit.models.native import CLASSES
+
+    if choice.name is None:
+        return None  # vLLM refuses: that is the verdict
+    if choice.name.startswith("remote code"):
+        return f"vLLM 0.34.0 would run {choice.name}: {choice.why}"
+    if choice.adapter is not None:
+        return (
+            f"vLLM 0.34.0 would serve {choice.architecture} as its native {choice.name} turned "
+            f"into a {choice.adapter} model by its pooling adapter, which loadkit does not "
+            "re-implement"
+        )
+    if choice.native and choice.name not in CLASSES:
+        return (
+            f"vLLM 0.34.0 would use its native {choice.name}, which loadkit does not "
+            "re-implement; --model-impl transformers checks the Transformers backend instead"
+        )
+    if not choice.native and choice.name not in BACKEND_TASKS:
+        return (
+            f"vLLM 0.34.0 would use the Transformers backend's {choice.name}, whose fused "
+            "layers loadkit does not re-implement"
+        )
+    return None
+
+
+def _native(config: PretrainedConfig, choice: VllmClass, path: str, device: str) -> nn.Module:
+    import torch
+
+    from loadkit.models.native import native_class
+    from loadkit.models.transformers import one_line
+
+    assert choice.name is not None
+    cls = native_class(choice.name)
     try:
-        model = choice.wrapper(config, device=device)
+        with torch.device(device):
+            return cls(config)
+    except LoadkitError:
+        raise
+    except Exception as exc:
+        field = getattr(exc, "name", None) if isinstance(exc, AttributeError) else None
+        where = f"field {field!r}: " if field else ""
+        raise ModelSpecError(
+            f"{path}: {where}vLLM 0.34.0's {choice.name} cannot be built from this config "
+            f"({one_line(exc)})"
+        ) from exc
+
+
+def _backend_wrapper(
+    config: PretrainedConfig, source: HFSource, choice: VllmClass, device: str
+) -> nn.Module:
+    """The Transformers backend's wrapper: the one vLLM uses, or the plain one of the same task
+    standing in for a class loadkit does not model."""
+    from loadkit.models.transformers import WRAPPERS, one_line
+    from loadkit_inspect.models.vllm import backend_class
+
+    name = choice.name if choice.name and choice.name.startswith("Transformers") else None
+    name = name or backend_class(config)
+    task = source.task or next(
+        (t for n, t in BACKEND_TASKS.items() if name.endswith(n.removeprefix("Transformers"))),
+        "causal",
+    )
+    wrapper = WRAPPERS[task]
+    try:
+        model = wrapper(config, device=device)
     except ModelSpecError:
         raise
     except Exception as exc:
@@ -111,6 +246,9 @@ def build_from_source(source: HFSource, *, device: str = "meta") -> nn.Module:
             f"{source.path}: transformers cannot build the {config.model_type!r} model: "
             f"{one_line(exc)}"
         ) from exc
-    model.config_source = source.path
-    model.wrapper_reason = choice.reason
+    model.wrapper_reason = (
+        choice.why
+        if choice.name == wrapper.__name__
+        else (f"standing in for {choice.name or 'the refused architecture'}: {task}")
+    )
     return model

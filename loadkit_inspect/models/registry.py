@@ -192,12 +192,14 @@ def build_model(
     model_args: Mapping[str, Any] | None = None,
     *,
     checkpoint: str | Checkpoint | None = None,
+    model_impl: str = "auto",
 ) -> tuple[nn.Module, str]:
     """``(model on meta, label)`` for a built-in name, an ``hf`` spec (its ``config.json`` next
     to ``checkpoint``, a path or an opened checkpoint, or at the spec's path), a
     ``module:callable`` spec, a callable or a module. A callable taking one argument gets the
-    checkpoint's ``tensors`` to size itself;
-    ``model_args`` are passed to a callable as keyword arguments (``--model-arg key=value``)."""
+    checkpoint's ``tensors`` to size itself; ``model_args`` are passed to a callable as keyword
+    arguments (``--model-arg key=value``); ``model_impl`` is vLLM's ``--model-impl`` for an
+    ``hf`` spec (``loadkit_inspect.models.vllm``)."""
     kwargs = dict(model_args or {})
     if not isinstance(spec, str):
         from torch import nn
@@ -229,7 +231,8 @@ def build_model(
         from loadkit_inspect.models.hf import build_from_source, read_hf_source
 
         source = read_hf_source(spec, checkpoint)  # the usual mistakes fail before torch loads
-        return _on_meta(lambda: build_from_source(source, device="meta"), spec), spec
+        build = lambda: build_from_source(source, device="meta", model_impl=model_impl)  # noqa: E731
+        return _on_meta(build, spec), spec
     if ":" not in spec:
         raise ModelSpecError(
             f"--model {spec!r}: not a built-in model ({', '.join(BUILTIN)}), not "

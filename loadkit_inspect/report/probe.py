@@ -2,9 +2,9 @@
 (``loadkit.pooling.probe.ProbeRecord``, the library's record), as JSON and as text. Torch-free.
 
 >>> from loadkit.pooling.probe import predict_probe
->>> probe = {b: predict_probe([("model.w", 4)], {"w"}, behaviour=b) for b in ("old", "new")}
+>>> probe = {b: predict_probe([("w", 4)], {"model.w"}, behaviour=b) for b in ("old", "new")}
 >>> render_probe(probe)[1]
-"  old  prefix 'model.' found at key #0 'model.w': clones 1 tensor (4 B = the whole checkpoint)"
+"  old  prefix 'model.' found at key #0 'w': clones 1 tensor (4 B = the whole checkpoint)"
 """
 
 from __future__ import annotations

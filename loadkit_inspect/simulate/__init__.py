@@ -27,7 +27,13 @@ from typing import NamedTuple
 from torch import nn
 
 from loadkit.checkpoint import TensorInfo
-from loadkit.loading import loadable_tensors, meta_copy
+from loadkit.loading import (
+    Tracked,
+    forget_parts,
+    loadable_tensors,
+    meta_copy,
+    track_weights_loading,
+)
 from loadkit.mapper import WeightsMapper
 from loadkit_inspect.options import LoadRules
 from loadkit_inspect.progress import Count
@@ -41,7 +47,9 @@ __all__ = ["DryLoad", "dry_load", "model_summary"]
 class DryLoad(NamedTuple):
     report: LoadReport
     mapper: WeightsMapper | None  # the mapper the root AutoWeightsLoader loaded with
-    autoloader: bool  # did the model load through an AutoWeightsLoader rooted at it?
+    auto_loader_at_root: bool  # did the model load through an AutoWeightsLoader rooted at it?
+    # The load as vLLM 0.34.0's track_weights_loading judges it (loadkit.loading.track).
+    tracked: Tracked | None = None
 
 
 def dry_load(
@@ -62,7 +70,7 @@ def dry_load(
         mapper: the mapper to load with when the model has no ``load_weights`` of its own; with
             ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
         extend: rules the root ``AutoWeightsLoader`` applies after its own, stage by stage.
-        rules: rules added to the root loader's, and rules for the verdict.
+        rules: rules added to the root AutoWeightsLoader's, and rules for the verdict.
         progress: called with (names fed, names in all) as each pass feeds the model.
 
     Returns:
@@ -79,6 +87,7 @@ def dry_load(
     """
     rules = rules or LoadRules()
     model = meta_copy(model)
+    forget_parts(model)  # the shards and experts an earlier load recorded
     tensors = loadable_tensors(model)
     sim = simulate(
         model,
@@ -93,4 +102,5 @@ def dry_load(
     used = sim.observer.root_mapper()
     ran = bool(sim.observer.used)
     report = assemble(sim.tensors, infos, sim, used if ran else mapper, rules)
-    return DryLoad(report, used, ran)
+    tracked = track_weights_loading(model, unfilled=[m.name for m in report.missing])
+    return DryLoad(report, used, ran, tracked)

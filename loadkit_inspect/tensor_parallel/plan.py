@@ -177,21 +177,25 @@ def tp_report(
     with use_group(simulated_group(0, 1)):
         model = build()
         findings = _findings(model, tp)
-    if findings is None and not _has_parallel_layers(model):
-        # Every rank would hold the whole model here: simulating ranks proves nothing about tp.
-        checked = config_findings(model, tp)
-        if checked is None:
+    parallel = _has_parallel_layers(model)
+    from_config = getattr(model, "hf_config", None) is not None  # --model hf: vLLM's order
+    if findings is None and (from_config or not parallel):
+        # vLLM checks the config before it builds anything (the heads), then each layer as
+        # it is built on each rank: the config's findings first, then the ranks.
+        findings = config_findings(model, tp)
+        if findings is None and not parallel:
             raise LoadkitError(
                 f"--tp {tp}: {type(model).__name__} has no tensor-parallel layers and no config "
                 "with num_attention_heads: there is nothing of what vLLM checks for tp to check "
                 "here, and no rank's share to simulate"
             )
-        report.findings, report.simulated = checked, False
-        return report
-    if findings is not None:
-        report.findings = findings
+        if not parallel:
+            # Every rank would hold the whole model here: simulating ranks proves nothing.
+            report.findings, report.simulated = findings or [], False
+            return report
+    report.findings = findings or []
     if not report.ok:
-        return report  # the model says it cannot be split this way: nothing to simulate
+        return report  # vLLM refuses this split before any weight is loaded
     try:
         report.ranks = [simulate_rank(tensors, r, tp, build) for r in range(tp)]
     except LoadkitError as exc:  # building failed: a size that does not split

@@ -24,12 +24,14 @@ from loadkit_notebooks.fates import (
     FATE_COLOURS,
     FATE_WORDS,
     INDEX_OUTLINE,
+    LEFT_OUT,
     MISSING,
     NOT_CHECKED,
     is_problem,
     tint,
     worst,
 )
+from loadkit_notebooks.show import pre
 from loadkit_notebooks.stories import DATA_DIR
 
 DATA = DATA_DIR
@@ -111,11 +113,30 @@ def model_choices() -> list[str]:
 # --- the fates of the keys -----------------------------------------------------------------------
 
 
+SET_ASIDE = ("skipped", "ignored", "dropped by mapper")  # fates a rule gives on purpose
+
+
 def key_fates(report: InspectReport) -> dict[str, str]:
     """Checkpoint key -> its fate in the simulated load (a ``Status`` word), in checkpoint
-    order; every key is ``header only`` when the report has no model."""
+    order; every key is ``header only`` when the report has no model. A key set aside on
+    purpose whose own tensor is then missing is ``LEFT_OUT``: the cause, in a warning colour."""
     fates = {k.name: str(k.status) for k in report.load.keys} if report.load else {}
-    return {t.name: fates.get(t.name, NOT_CHECKED) for t in report.checkpoint.tensors}
+    missing = {_tail(m.name) for m in report.load.missing} if report.load else set()
+    out = {t.name: fates.get(t.name, NOT_CHECKED) for t in report.checkpoint.tensors}
+    for name, fate in out.items():
+        if fate in SET_ASIDE and _tail(name) in missing:
+            out[name] = LEFT_OUT
+    return out
+
+
+def _tail(name: str) -> str:
+    """A name without its first component: a key and the model tensor it would fill differ
+    there when a prefix rule renames it (``transformer.h.0...`` and ``model.h.0...``).
+
+    >>> _tail("transformer.h.0.attn.c_attn.bias"), _tail("lm_head")
+    ('h.0.attn.c_attn.bias', 'lm_head')
+    """
+    return name.split(".", 1)[-1]
 
 
 def fate_counts(report: InspectReport) -> dict[str, int]:
@@ -126,6 +147,28 @@ def fate_counts(report: InspectReport) -> dict[str, int]:
     if report.load is not None and report.load.missing:
         counts[MISSING] = len(report.load.missing)
     return {f: counts[f] for f in FATE_COLOURS if f in counts}
+
+
+WEIGHT = 4  # the area of a box that matters, in ordinary keys' boxes
+LINE = 18  # characters: a longer dotted label is broken after its dots
+PATHBAR = 24  # pixels: the zoomed path's bar, drawn above the boxes (not over the legend)
+
+
+def _breakable(label: str, width: int = LINE) -> str:
+    """A long dotted label on several lines, broken only after a dot (never inside a word).
+
+    >>> _breakable("model.layers.layers.1.mlp.down_proj.weight")
+    'model.layers.<br>layers.1.mlp.<br>down_proj.weight'
+    """
+    lines, line = [], ""
+    for part in label.split("."):
+        piece = part if not line else "." + part
+        if line and len(line) + len(piece) > width:
+            lines.append(line + ".")
+            line = part
+        else:
+            line += piece
+    return "<br>".join([*lines, line])
 
 
 @dataclass
@@ -174,7 +217,10 @@ def _emit(
     cols.parents.append(parent)
     if node.leaf is not None and not node.children:
         name, fate, detail, index = node.leaf
-        cols.values.append(1)  # one box per key: a 64-byte norm shows as well as an embedding
+        # One box per key (a 64-byte norm shows as well as an embedding); a box that matters
+        # (a problem, a key an index problem names) larger, so its label stays readable.
+        cols.values.append(WEIGHT if is_problem(fate) or index else 1)
+        cols.labels[-1] = _breakable(label)
         cols.colours.append(FATE_COLOURS[fate])
         said = [fate] if is_problem(fate) else []
         cols.text.append("<br>".join(said + ([f"index: {index}"] if index else [])))
@@ -301,10 +347,9 @@ def treemap_figure(report: InspectReport) -> Any:
             branchvalues="total",
             marker={
                 "colors": cols.colours,
-                "line": {
-                    "color": cols.outline,
-                    "width": [3 if c != "white" else 1 for c in cols.outline],
-                },
+                # One width for every box: a width per box draws NaN paths when a box is zoomed
+                # (plotly), so an outline stands out by its colour alone.
+                "line": {"color": cols.outline, "width": 2.5},
             },
             text=cols.text,
             texttemplate="%{label}<br><b>%{text}</b>",
@@ -335,44 +380,37 @@ def treemap_figure(report: InspectReport) -> Any:
                 "yref": "paper",
                 "xanchor": "left",
                 "yanchor": "bottom",
+                "yshift": PATHBAR,  # above the zoomed path's bar
                 "align": "left",
                 "showarrow": False,
                 "font": {"size": 13},
             }
         ],
-        margin={"t": 40 + 19 * rows, "l": 0, "r": 0, "b": 0},
-        height=440 + 19 * rows,
+        # PATHBAR: room above the boxes for the path plotly shows once a box is zoomed into
+        margin={"t": 40 + 19 * rows + PATHBAR, "l": 0, "r": 0, "b": 0},
+        height=440 + 19 * rows + PATHBAR,
     )
     return fig
 
 
-def error_figure(message: str) -> Any:
-    """What the chart shows when the inspector stopped: the error, and no keys at all (the
-    previous checkpoint's picture would be a wrong answer)."""
+def error_figure() -> Any:
+    """What the chart shows when the inspector stopped: no keys at all (the previous
+    checkpoint's picture would be a wrong answer), and a title that points at the error, which
+    the panel prints once, below the picture."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     fig.update_layout(
-        title={"text": "no picture: the inspector stopped", "x": 0.01, "xanchor": "left"},
+        title={
+            "text": "no picture: the inspector stopped (its error is below)",
+            "x": 0.01,
+            "xanchor": "left",
+        },
         xaxis={"visible": False},
         yaxis={"visible": False},
-        annotations=[
-            {
-                "text": html.escape(wrap(message, 90)).replace("\n", "<br>"),
-                "x": 0,
-                "y": 1,
-                "xref": "paper",
-                "yref": "paper",
-                "xanchor": "left",
-                "yanchor": "top",
-                "align": "left",
-                "showarrow": False,
-                "font": {"size": 14, "color": FATE_COLOURS["shape mismatch"]},
-            }
-        ],
         template="plotly_white",
         margin={"t": 50, "l": 10, "r": 10, "b": 10},
-        height=160,
+        height=80,
     )
     return fig
 
@@ -554,7 +592,7 @@ class DebugPanel:
         self.output = widgets.HTML()
         self.error: str | None = None
         self.report: InspectReport | None = None
-        self.chart = Chart(error_figure("not inspected yet"))
+        self.chart = Chart(error_figure())
         for w in (self.path, self.model, self.mapper):
             w.observe(self._refresh, names="value")
         self._refresh()
@@ -582,10 +620,10 @@ class DebugPanel:
             self.chart.draw(treemap_figure(self.report))
         except LoadkitError as exc:  # bad input: say so, and show no stale picture
             self.report, self.error = None, str(exc)
-            self.chart.draw(error_figure(self.error))
+            self.chart.draw(error_figure())
         fix = self.report.fix if self.report is not None else None
         self.paste_fix.disabled = fix is None or not fix.suggestions
-        self.output.value = f"<pre>{html.escape(self.summary())}</pre>"
+        self.output.value = pre(self.summary())
 
     def _paste_fix(self, button: Any = None) -> None:
         if self.report is not None and self.report.fix is not None:

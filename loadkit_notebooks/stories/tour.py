@@ -9,6 +9,7 @@ name's journey, and where every name went (a Sankey, coloured by fate as noteboo
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any, cast
 
 from torch import nn
@@ -18,6 +19,7 @@ from loadkit.fmt import WIDTH, table, wrap
 from loadkit.loading.ledger import LoadLedger
 from loadkit.loading.weight_loaders import loader_of
 from loadkit.mapper import WeightsMapper
+from loadkit.terms import Status
 from loadkit_inspect.report.layout import LayoutNode, build_layout
 from loadkit_notebooks.fates import FATE_COLOURS
 
@@ -45,10 +47,14 @@ def trace_table(mapper: WeightsMapper, names: list[str]) -> str:
     return "\n".join(rows)
 
 
-def walk_picture(mapper: WeightsMapper, names: list[str]) -> str:
+def walk_picture(mapper: WeightsMapper, names: list[str], skip_prefixes: Sequence[str] = ()) -> str:
     """The tree ``AutoWeightsLoader`` walks: the mapped names, split at their dots, with how
-    many names go down each branch."""
-    root = build_layout((m, 0, "") for m in mapper.apply_list(names))
+    many names go down each branch. A name the mapper drops, or one starting with one of the
+    loader's ``skip_prefixes``, never enters the walk (the loader sets it aside first): those are
+    said after the tree."""
+    mapped = mapper.apply_list(names)
+    walked = [m for m in mapped if not m.startswith(tuple(skip_prefixes))]
+    root = build_layout((m, 0, "") for m in walked)
     lines: list[str] = []
 
     def visit(node: LayoutNode, depth: int) -> None:
@@ -58,6 +64,9 @@ def walk_picture(mapper: WeightsMapper, names: list[str]) -> str:
             visit(child, depth + 1)
 
     visit(root, 0)
+    skipped = [m for m in mapped if m not in walked]
+    if skipped:
+        lines.append(f"(skipped before the walk, by skip_prefixes: {', '.join(skipped)})")
     return "\n".join(lines)
 
 
@@ -86,7 +95,9 @@ def journey(
     if t.shard_id is not None:
         lines.append(f"            shard id {t.shard_id!r} travels with the tensor")
     entry = next(e for e in ledger.entries if e.name == name)
-    if entry.mapped is not None:
+    if entry.status == Status.SKIPPED:  # set aside by a skip rule before the walk reaches it
+        lines.append(f"walk        none: {entry.mapped} is skipped before the walk")
+    elif entry.mapped is not None:
         lines.append("walk        " + " -> ".join(entry.mapped.split(".")))
     if entry.target is not None:
         param = model.get_parameter(entry.target)

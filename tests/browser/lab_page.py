@@ -298,6 +298,17 @@ class NotebookPage:
         """Wait until ``ok()`` holds (a widget's callback ran in the kernel and the page drew)."""
         self._wait(ok, timeout, what, seen)
 
+    def zoom_treemap(self, label: str) -> None:
+        """Click the first treemap box whose text holds ``label``, as a reader zooms in."""
+        box = self.page.locator("g.slice").filter(has_text=label).first
+        box.scroll_into_view_if_needed()
+        box.locator("path.surface").first.click(force=True)
+        self.page.wait_for_timeout(1000)  # plotly's zoom transition
+
+    def dirty(self) -> bool:
+        """Does JupyterLab mark the notebook modified (its tab's dot)?"""
+        return self.page.locator(".jp-mod-dirty").count() > 0
+
     def chart_widths(self) -> list[tuple[float, float]]:
         """Each chart's width and the width of the output area it sits in, in pixels."""
         return self.page.locator(PLOT).evaluate_all(

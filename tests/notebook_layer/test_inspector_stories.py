@@ -32,10 +32,15 @@ def test_every_data_checkpoint_loads_cleanly_into_its_builtin_model(in_notebooks
     # Every built-in has data. The vision tower's opens header-only in the panel: its own mapper
     # is vLLM 0.28.0's stacked stage, which fails on it on purpose (bug 5, notebook 06).
     tower = "../data/vision_tower/model.safetensors"
-    assert {debug.model_for(p) for p in paths if p != tower} == set(BUILTIN) - {"vision-tower"}
+    # Notebook 07's padded MoE is no built-in (its model is not sized from a header): the
+    # panel opens it header-only.
+    unbuilt = {p for p in paths if "/padded_moe/" in p}
+    assert {debug.model_for(p) for p in unbuilt} <= {debug.HEADER_ONLY}
+    rest = [p for p in paths if p != tower and p not in unbuilt]
+    assert {debug.model_for(p) for p in rest} == set(BUILTIN) - {"vision-tower"}
     report = inspect_checkpoint(tower, model="vision-tower")
     assert report.load.problems() == ["8 unexpected"] and report.mapper.rematches
-    for path in (p for p in paths if p != tower):
+    for path in rest:
         report = inspect_checkpoint(path, model=debug.model_for(path))
         assert report.clean, (path, report.load.problems())
         assert report.load.filled == report.model.parameters
@@ -45,6 +50,8 @@ def test_builtin_models_are_built_on_meta_and_sized_from_the_header(in_notebooks
     specs = {p: debug.model_for(p) for p in debug.data_checkpoints()}
     specs["../data/vision_tower/model.safetensors"] = "vision-tower"  # header-only in the panel
     for path, name in specs.items():
+        if name == debug.HEADER_ONLY:  # no built-in reads it (notebook 07's padded MoE)
+            continue
         model, spec = build_model(name, open_checkpoint(path).tensors)
         assert all(p.is_meta for p in model.parameters()), spec
 
@@ -118,7 +125,11 @@ def test_every_key_and_missing_tensor_has_its_fate_colour(in_notebooks, tmp_path
     branch = trace.ids.index(
         "(checkpoint and missing tensors)/(missing: model tensors no key filled)"
     )
-    assert trace.values[branch] == 3
+    # three missing tensors, each box drawn WEIGHT times an ordinary key's (readable labels)
+    assert trace.values[branch] == 3 * debug.WEIGHT
+    assert trace.values[trace.ids.index(next(i for i in trace.ids if i.endswith("/A_log")))] == 1
+    # one outline width for every box: a width per box draws NaN paths on zoom (plotly)
+    assert trace.marker.line.width == 2.5
     # only problem fates get warning colours, and the legend names each colour shown
     quiet = {FATE_COLOURS[f] for f in FATE_COLOURS if f not in PROBLEMS}
     assert not quiet & {FATE_COLOURS[p] for p in PROBLEMS}
@@ -184,9 +195,11 @@ def test_debug_panel_follows_its_widgets(in_notebooks, tmp_path):
     panel.path.value = "../data/nowhere.safetensors"
     assert panel.summary().startswith("error: ../data/nowhere.safetensors: no such file")
     assert "no such file" in panel.output.value
-    # the previous checkpoint's picture is gone: the chart says what went wrong instead
+    # the previous checkpoint's picture is gone; the error is printed once, below it
     assert panel.figure.data == () and panel.chart.spec["data"] == []
-    assert "no such file" in panel.figure.layout.annotations[0].text
+    assert not panel.figure.layout.annotations
+    assert panel.figure.layout.title.text.endswith("(its error is below)")
+    assert panel.output.value.count("no such file") == 1
     broken = nb04("broken_copy")("../data/plamo2/untied.safetensors", str(tmp_path / "b.st"))
     panel.model.value = "plamo2"
     panel.path.value = broken
@@ -221,8 +234,14 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert "names in common: none" in side
     traces = tour.trace_table(model.hf_to_vllm_mapper, list(ck.tensors))
     assert "-> DROPPED" in traces and "[shard 'k']" in traces
-    walk = tour.walk_picture(model.hf_to_vllm_mapper, list(ck.tensors))
+    walk = tour.walk_picture(model.hf_to_vllm_mapper, list(ck.tensors), skip_prefixes=["lm_head."])
     assert walk.splitlines()[0] == "model  (11 names)" and "qkv_proj  (3 names)" in walk
+    # what the loader skips never enters the walk: not drawn as walked, said after the tree
+    assert "\nlm_head" not in walk
+    assert walk.splitlines()[-1] == "(skipped before the walk, by skip_prefixes: lm_head.weight)"
+    head = tour.journey("lm_head.weight", ck, model, ledger)
+    assert "walk        none: lm_head.weight is skipped before the walk" in head
+    assert " -> weight" not in head
     journey = tour.journey("backbone.layers.0.mixer.A_log", ck, model, ledger)
     assert "composed_weight_loader(default_weight_loader)" in journey
     assert journey.endswith("ledger      loaded -> model.layers.0.mixer.A")
@@ -268,7 +287,17 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
     verdict = f"{tf}: loads cleanly, {vllm}: would NOT load (colours: the vllm load)"
     assert verdict in panel.figure.layout.annotations[0].text
-    assert debug.key_fates(panel.report)["transformer.h.0.attn.c_attn.bias"] == "dropped by mapper"
+    # the cause of the missing biases: keys a rule set aside whose tensors are then missing
+    from loadkit_notebooks.fates import FATE_COLOURS, LEFT_OUT
+
+    fates = debug.key_fates(panel.report)
+    assert fates["transformer.h.0.attn.c_attn.bias"] == LEFT_OUT
+    assert fates["transformer.h.0.attn.c_attn.weight"] == "loaded"
+    assert _colour_of(panel.figure, "transformer.h.1.attn.c_attn.bias")[0] == FATE_COLOURS[LEFT_OUT]
+    assert (
+        "2 set aside by a rule, yet its tensor is missing"
+        in panel.figure.layout.annotations[0].text
+    )
     mapper = debug.report_sections(panel.report, "mapper", verdict=False)
     assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
     assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper

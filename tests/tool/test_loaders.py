@@ -12,26 +12,24 @@ from hf_cases import ARCHS, m_wrapper_prefix, read_tensors, write_variant
 from repo_paths import DATA
 
 from loadkit.errors import LoadkitError
-from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import inspect_checkpoint
 from loadkit_inspect.cli.main import main
 from loadkit_inspect.inspect_report import FIDELITY_POINTER
 
-# Untouched checkpoints transformers loads and vLLM's backend refuses (docs/fidelity.md), with the
-# first line inspect prints for each.
-VLLM = f"vllm {VLLM_VERSION}"
+# Untouched checkpoints transformers loads and vLLM 0.34.0 refuses (docs/fidelity.md), with the
+# first line inspect prints for each: the class vLLM would use, then its verdict.
 TRANSFORMERS = f"transformers {version('transformers')}"
 REFUSED_BY_VLLM = {
-    "bart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
-    "mbart": f"{VLLM}: would NOT load (1 unexpected: final_logits_bias)",
-    "deberta-v2": f"{VLLM}: would NOT load (1 missing: "
-    "model.embeddings.position_embeddings.weight)",
-    "electra": f"{VLLM}: would NOT load (2 missing: model.embeddings_project.weight, "
-    "model.embeddings_project.bias)",
-    "distilbert-cls": f"{VLLM}: would NOT load (2 unexpected: pre_classifier.bias, "
-    "pre_classifier.weight)",
-    "llama-cls": f"{VLLM}: would NOT load (1 unexpected: score.weight; 1 missing: "
-    "classifier.weight)",
+    "bart": "vllm 0.34.0, TransformersForCausalLM: would NOT load (1 unexpected: "
+    "final_logits_bias)",
+    "mbart": "vllm 0.34.0, TransformersForCausalLM: would NOT load (1 unexpected: "
+    "final_logits_bias)",
+    "deberta-v2": "vllm 0.34.0: would NOT load (vLLM refuses it: Model architectures "
+    "['DebertaV2Model'] are not supported for now)",
+    "electra": "vllm 0.34.0, TransformersEmbeddingModel: would NOT load (2 missing: "
+    "model.embeddings_project.weight, model.embeddings_project.bias)",
+    "distilbert-cls": "vllm 0.34.0, TransformersForSequenceClassification: would NOT load (2 "
+    "unexpected: pre_classifier.bias, pre_classifier.weight)",
 }
 
 
@@ -63,14 +61,16 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
     clean = hf_clean("bert")
     tensors = m_wrapper_prefix(ARCHS["bert"], read_tensors(clean))
     folder = write_variant(clean, tensors, tmp_path / "prefixed")
-    report = inspect_checkpoint(folder, model="hf")
+    # vLLM 0.34.0 serves BertModel natively (not modelled here): its Transformers backend
+    report = inspect_checkpoint(folder, model="hf", model_impl="transformers")
     assert report.loaders is not None and report.from_pretrained is not None
     assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
     fp = report.from_pretrained
     assert set(fp.unexpected) == set(tensors) and len(fp.missing) == len(tensors)
     assert report.exit_status == 1
     assert "\n".join(FIDELITY_POINTER) in report.render()
-    assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0
+    only_vllm = inspect_checkpoint(folder, model="hf", loader="vllm", model_impl="transformers")
+    assert only_vllm.exit_status == 0
 
 
 def test_gpt_neox_as_transformers_saves_it_points_at_the_explanation(hf_clean):
@@ -89,7 +89,7 @@ def test_gpt_neox_as_transformers_saves_it_points_at_the_explanation(hf_clean):
 def test_json_has_both_columns(hf_clean, capsys):
     assert main(["inspect", str(hf_clean("bart")), "--model", "hf", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 6 and doc["selected_loaders"] == ["transformers", "vllm"]
+    assert doc["schema"] == 7 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
         "version": version("transformers"),
@@ -114,20 +114,58 @@ def test_a_built_in_model_has_only_the_vllm_loader(capsys):
 
 
 def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_path):
-    """Remote-code checkpoints name a class transformers does not have: vLLM's backend still
-    builds the model from its model_type, from_pretrained would stop; the report says both."""
+    """Remote-code checkpoints name a class transformers does not have (and an ``auto_map`` to
+    the code that has it): vLLM would run that code, which loadkit never does, so its column is
+    not checked; from_pretrained would stop; the report says both."""
     folder = tmp_path / "custom"
     shutil.copytree(hf_clean("llama"), folder)
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = ["MyLlamaForCausalLM"]
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_my.MyLlamaForCausalLM"}
     (folder / "config.json").write_text(json.dumps(config))
     report = inspect_checkpoint(folder, model="hf")
     assert report.loaders is not None
-    assert report.loaders["vllm"].clean and not report.loaders["transformers"].clean
+    assert not report.loaders["vllm"].checked and not report.loaders["transformers"].clean
 
     assert report.loaders["transformers"].problems == [
         f"transformers {version('transformers')} has no model class 'MyLlamaForCausalLM' (the "
         "config's architectures[0])"
     ]
-    assert report.exit_status == 1
-    assert inspect_checkpoint(folder, model="hf", loader="vllm").exit_status == 0
+    assert "remote code for MyLlamaForCausalLM" in report.loaders["vllm"].phrase()
+    assert report.exit_status == 1 and report.selected_loaders == ("transformers",)
+    with pytest.raises(LoadkitError, match="--loader vllm: no verdict: vLLM 0.34.0 would run"):
+        inspect_checkpoint(folder, model="hf", loader="vllm")
+
+
+def test_an_architecture_nobody_knows_is_one_line(hf_clean, tmp_path, capsys):
+    """Neither vLLM 0.34.0 nor transformers knows the architecture (and no remote code is
+    named): exit 2, one line naming the file and the nearest known architectures."""
+    folder = tmp_path / "custom"
+    shutil.copytree(hf_clean("llama"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["LlamaForCasualLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["inspect", str(folder), "--model", "hf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{folder / 'config.json'}: architectures[0] 'LlamaForCasualLM': neither vLLM" in err
+    assert "nearest known: LlamaForCausalLM" in err
+
+
+def test_a_class_vllm_adapts_is_not_checked(hf_clean):
+    """LlamaForSequenceClassification is not registered in vLLM 0.34.0: it serves it as its
+    native LlamaForCausalLM behind the pooling adapter, which loadkit does not model. The vllm
+    column says so and only the transformers verdict decides."""
+    report = inspect_checkpoint(hf_clean("llama-cls"), model="hf")
+    assert report.loaders is not None and report.selected_loaders == ("transformers",)
+    vllm = report.loaders["vllm"]
+    assert not vllm.checked and vllm.label == (
+        "vllm 0.34.0, native LlamaForCausalLM as classify (pooling adapter)"
+    )
+    assert report.exit_status == 0
+    first = " ".join(line.strip() for line in report.render().split("\n\n")[0].splitlines())
+    assert first.startswith(f"{TRANSFORMERS}: would load cleanly vllm 0.34.0, native ")
+    assert "not checked (vLLM 0.34.0 would serve LlamaForSequenceClassification" in first
+    # asked for the Transformers backend, it is checked
+    backend = inspect_checkpoint(hf_clean("llama-cls"), model="hf", model_impl="transformers")
+    assert backend.loaders is not None and backend.loaders["vllm"].checked

@@ -145,7 +145,7 @@ def test_qkv_fused_on_disk_equals_separate_tensors():
 
 def test_qkv_bad_shard_id():
     layer = qkv(0, 2)
-    with pytest.raises(ShardIdError, match="'x' is not 'q', 'k' or 'v'"):
+    with pytest.raises(ShardIdError, match="shard id 'x' is not one of 'q', 'k', 'v'"):
         load(layer, layer.weight, rows_of(8, 3), "x")
 
 

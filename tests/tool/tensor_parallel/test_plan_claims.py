@@ -1,5 +1,7 @@
-"""--tp claims only what was checked (issue 24): a model without tensor-parallel layers gets
-vLLM's config checks, never "would load cleanly on each rank" for ranks it did not simulate."""
+"""--tp claims only what was checked (issue 24): a model without tensor-parallel layers (vLLM
+0.34.0's Transformers backend as loadkit models it: --model-impl transformers) gets vLLM's config
+checks, never "would load cleanly on each rank" for ranks it did not simulate. vLLM's native
+classes have tensor-parallel layers: tests/tool/tensor_parallel/test_plan_native.py."""
 
 from importlib.metadata import version
 
@@ -8,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from loadkit.terms import VLLM_VERSION
+BACKEND = "vllm 0.34.0, TransformersForCausalLM"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,9 @@ def llama_4_heads_2_kv(tmp_path_factory, quiet_transformers):
 
 
 def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadkit_cli):
-    res = loadkit_cli("inspect", llama_4_heads_2_kv, "--model", "hf", "--tp", "3")
+    res = loadkit_cli(
+        "inspect", llama_4_heads_2_kv, "--model", "hf", "--tp", "3", "--model-impl", "transformers"
+    )
     assert res.returncode == 1, res.stderr
     out = res.stdout
     assert "no rank was simulated" in out and "on each of 3 ranks" not in out
@@ -39,12 +43,11 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
     )
     flat = " ".join(out.split())  # the columns wrap
     head = " ".join(out.split("\n\n")[0].split())
-    tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
-    assert head == f"{tf}: would load cleanly {vllm}: would NOT load ({refusal})"
+    tf = f"transformers {version('transformers')}"
+    assert head == f"{tf}: would load cleanly {BACKEND}: would NOT load ({refusal})"
     verdict = " ".join(out[out.index("\nverdict:") :].split())
-    assert (
-        verdict == f"verdict: {tf}: would load cleanly {vllm}: would NOT load ({refusal}) (exit 1)"
-    )
+    said = f"{tf}: would load cleanly {BACKEND}: would NOT load ({refusal})"
+    assert verdict == f"verdict: {said} (exit 1)"
     # each message once: the section lists every error, the verdict only what vLLM raises
     assert flat.count("Total number of attention heads (4)") == 3  # headline, section, verdict
     assert flat.count("tp=3 is not a multiple of the 2 kv heads") == 1
@@ -53,7 +56,8 @@ def test_tp_3_on_4_heads_is_refused_as_vllm_refuses_it(llama_4_heads_2_kv, loadk
 def test_the_json_verdict_is_the_exit_status_and_the_refusal_is_vllms(llama_4_heads_2_kv):
     from loadkit_inspect.inspector import inspect_checkpoint
 
-    doc = inspect_checkpoint(llama_4_heads_2_kv, model="hf", tp=3).as_dict()
+    doc = inspect_checkpoint(llama_4_heads_2_kv, model="hf", tp=3, model_impl="transformers")
+    doc = doc.as_dict()
     assert doc["clean"] is False and doc["exit_status"] == 1
     assert doc["load"]["clean"] is True  # the dry load alone: every key placed
     assert doc["loaders"]["transformers"] == {
@@ -103,7 +107,7 @@ def test_without_grouped_query_attention_the_heads_are_refused_once(
     cls(config).save_pretrained(tmp_path)
     from loadkit_inspect.inspector import inspect_checkpoint
 
-    r = inspect_checkpoint(tmp_path, model="hf", tp=3)
+    r = inspect_checkpoint(tmp_path, model="hf", tp=3, model_impl="transformers")
     errors = [(f.subject, f.message) for f in r.tensor_parallel.findings if f.severity == "error"]
     assert errors[0] == (
         "attention heads",
@@ -122,11 +126,12 @@ def test_without_grouped_query_attention_the_heads_are_refused_once(
 def test_tp_4_replicates_the_kv_heads_and_says_no_rank_was_simulated(llama_4_heads_2_kv):
     from loadkit_inspect.inspector import inspect_checkpoint
 
-    r = inspect_checkpoint(llama_4_heads_2_kv, model="hf", tp=4)
+    r = inspect_checkpoint(llama_4_heads_2_kv, model="hf", tp=4, model_impl="transformers")
     tp = r.tensor_parallel
     assert r.exit_status == 0 and not tp.simulated and tp.ranks == []
     assert [(f.severity, f.subject) for f in tp.findings] == [("note", "kv replication")]
-    verdict = r.render().splitlines()[-1]
+    text = r.render()
+    verdict = " ".join(text[text.index("\nverdict:") :].split())  # the columns wrap
     assert "ranks" not in verdict.replace("no rank simulated", "")
     assert verdict.startswith("verdict: ") and verdict.endswith(
         "would load cleanly (tp=4: the config's head counts and vocabulary split "

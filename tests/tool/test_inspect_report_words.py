@@ -17,7 +17,9 @@ def test_a_transposed_gpt2_weight_is_counted_and_hinted(hf_clean, tmp_path):
     clean = hf_clean("gpt2")
     tensors = m_transpose(ARCHS["gpt2"], read_tensors(clean))
     (key,) = [k for k, v in tensors.items() if v.shape != read_tensors(clean)[k].shape]
-    report = inspect_checkpoint(write_variant(clean, tensors, tmp_path / "t"), model="hf")
+    report = inspect_checkpoint(
+        write_variant(clean, tensors, tmp_path / "t"), model="hf", model_impl="transformers"
+    )
     text = report.render()
     load = report.load
     assert load is not None
@@ -41,7 +43,9 @@ def test_a_transposed_gpt2_weight_is_counted_and_hinted(hf_clean, tmp_path):
 def test_mapper_rules_print_once_as_written_and_a_dropped_key_is_named(hf_clean):
     """GPT-2 under vLLM's backend: its ``attn.bias`` regex (from transformers'
     ``_keys_to_ignore_on_load_unexpected``) also drops ``c_attn.bias`` (docs/fidelity.md)."""
-    report = inspect_checkpoint(hf_clean("gpt2"), model="hf", loader="vllm")
+    report = inspect_checkpoint(
+        hf_clean("gpt2"), model="hf", model_impl="transformers", loader="vllm"
+    )
     text = report.render()
     (entry,) = [m for m in report.as_dict()["load"]["missing"] if ".h.0." in m["name"]]
     assert (entry["dropped_key"], entry["dropped_by"]) == (

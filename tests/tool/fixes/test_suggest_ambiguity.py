@@ -83,17 +83,23 @@ def _swapped_mapper(fix):
 
 
 def test_same_shape_pairings_are_not_proven_though_the_second_load_is_clean(llama):
-    r = inspect_checkpoint(llama["meta"], model="hf", loader="vllm")
+    r = inspect_checkpoint(llama["meta"], model="hf", model_impl="transformers", loader="vllm")
     fix = r.fix
     assert fix is not None and fix.result.clean  # the rules do make the load clean ...
     assert not fix.proven  # ... and prove nothing about which tensor is which
     keys = {a.key for a in fix.ambiguous}
     assert {f"model.layers.{i}.attention.w{p}.weight" for i in (0, 1) for p in "qkvo"} == keys
     # The alternative a pairing names is really one: swapping q and o loads as cleanly.
-    swapped = inspect_checkpoint(llama["meta"], model="hf", loader="vllm", mapper=fix.mapper)
+    swapped = inspect_checkpoint(
+        llama["meta"], model="hf", model_impl="transformers", loader="vllm", mapper=fix.mapper
+    )
     assert swapped.clean
     assert inspect_checkpoint(
-        llama["meta"], model="hf", loader="vllm", mapper=_swapped_mapper(fix)
+        llama["meta"],
+        model="hf",
+        model_impl="transformers",
+        loader="vllm",
+        mapper=_swapped_mapper(fix),
     ).clean
     text = r.render()
     assert "would load cleanly with these rules, but NOT proven:" in text
@@ -106,7 +112,9 @@ def test_same_shape_pairings_are_not_proven_though_the_second_load_is_clean(llam
 
 
 def test_two_norms_of_one_shape_are_not_proven_either(llama):
-    fix = inspect_checkpoint(llama["norms"], model="hf", loader="vllm").fix
+    fix = inspect_checkpoint(
+        llama["norms"], model="hf", model_impl="transformers", loader="vllm"
+    ).fix
     assert fix.result.clean and not fix.proven
     chosen = {a.key: a.chosen for a in fix.ambiguous}
     assert set(chosen) == {
@@ -118,13 +126,15 @@ def test_two_norms_of_one_shape_are_not_proven_either(llama):
 
 
 def test_ambiguous_keys_stay_listed_as_unexpected(llama):
-    text = inspect_checkpoint(llama["meta"], model="hf", loader="vllm").render()
+    text = inspect_checkpoint(
+        llama["meta"], model="hf", model_impl="transformers", loader="vllm"
+    ).render()
     unexpected = text.split("unexpected names")[1].split("missing:")[0]
     assert "model.layers.0.attention.wq.weight" in unexpected
 
 
 def test_a_fused_projection_is_not_proven_into_a_same_shape_mlp_weight(llama):
-    r = inspect_checkpoint(llama["fused"], model="hf", loader="vllm")
+    r = inspect_checkpoint(llama["fused"], model="hf", model_impl="transformers", loader="vllm")
     fix = r.fix
     if fix is None or not hasattr(fix, "suggestions"):
         pytest.fail(f"expected the qkv_proj -> gate_proj rule to be considered: {fix!r}")
@@ -134,6 +144,8 @@ def test_a_fused_projection_is_not_proven_into_a_same_shape_mlp_weight(llama):
 
 
 def test_a_prefix_rename_stays_proven(llama):
-    fix = inspect_checkpoint(llama["prefixed"], model="hf", loader="vllm").fix
+    fix = inspect_checkpoint(
+        llama["prefixed"], model="hf", model_impl="transformers", loader="vllm"
+    ).fix
     assert fix.proven and fix.ambiguous == []
     assert fix.mapper == {"orig_to_new_prefix": {"transformer.": "model."}}

@@ -14,7 +14,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.options import LoadRules
 
@@ -46,7 +45,9 @@ def bert(tmp_path_factory, quiet_transformers):
 
 
 def _inspect(folder, **rules):
-    return inspect_checkpoint(folder, model="hf", loader="vllm", rules=LoadRules(**rules))
+    return inspect_checkpoint(
+        folder, model="hf", model_impl="transformers", loader="vllm", rules=LoadRules(**rules)
+    )
 
 
 def _fates(report):
@@ -149,7 +150,8 @@ def test_every_pattern_that_matched_nothing_is_a_warning_that_changes_no_verdict
         ["--ignore-unexpected-suffix", "'.gamma'"],
         ["--allow-missing", "'model.embeddings.*'"],
     ]
-    assert text[-1].startswith("verdict: ") and text[-2] == warnings[-1]
+    verdict = text.index(next(line for line in text if line.startswith("verdict")))
+    assert text[verdict - 1] == warnings[-1] and text[-1].endswith("(exit 1)")
     doc = json.loads(r.to_json())
     assert [u["pattern"] for u in doc["load"]["unmatched_patterns"]] == [p for _, p in got]
     assert doc["load"]["unmatched_patterns"][0]["rule"] == "skip_prefixes"
@@ -164,7 +166,7 @@ def test_every_pattern_that_matched_nothing_is_a_warning_that_changes_no_verdict
 
 
 def test_the_command_line_warns_and_keeps_its_exit_status(bert, loadkit_cli):
-    allowed = ["inspect", bert, "--model", "hf", "--loader", "vllm"]
+    allowed = ["inspect", bert, "--model", "hf", "--model-impl", "transformers", "--loader", "vllm"]
     allowed += ["--allow-missing", "model.pooler.*", "--allow-missing", "classifier.*"]
     allowed += ["--ignore-unexpected-prefix", "cls."]
     allowed += ["--ignore-unexpected-prefix", "bert.embeddings.extra"]
@@ -176,7 +178,7 @@ def test_the_command_line_warns_and_keeps_its_exit_status(bert, loadkit_cli):
     assert res.stdout.splitlines()[-2:] == [
         "warning: --allow-missing 'nothing.*' matched no missing model tensor (by its model name "
         "or the checkpoint name it would be loaded from): it allows nothing",
-        f"verdict: vllm {VLLM_VERSION}: would load cleanly (exit 0)",
+        "verdict: vllm 0.34.0, TransformersForSequenceClassification: would load cleanly (exit 0)",
     ]
     js = loadkit_cli(*allowed, "--allow-missing", "nothing.*", "--json")
     doc = json.loads(js.stdout)
@@ -197,7 +199,7 @@ def test_the_rules_apply_to_the_transformers_loader_too(bert):
     real = transformers.BertForSequenceClassification.from_pretrained(
         bert, output_loading_info=True
     )[1]
-    before = inspect_checkpoint(bert, model="hf").from_pretrained
+    before = inspect_checkpoint(bert, model="hf", model_impl="transformers").from_pretrained
     assert sorted(before.missing) == sorted(real["missing_keys"])  # the oracle's own lists
     assert sorted(before.unexpected) == sorted(real["unexpected_keys"])
     rules = LoadRules(
@@ -205,7 +207,7 @@ def test_the_rules_apply_to_the_transformers_loader_too(bert):
         skip_prefixes=("bert.embeddings.extra.",),
         ignore_unexpected_prefixes=("cls.",),
     )
-    r = inspect_checkpoint(bert, model="hf", rules=rules)
+    r = inspect_checkpoint(bert, model="hf", model_impl="transformers", rules=rules)
     after = r.from_pretrained
     assert (after.missing, after.unexpected, after.clean) == ((), (), True)
     assert sorted(after.allowed) == sorted(real["missing_keys"])

@@ -43,7 +43,7 @@ def _bert_cases(root):
         (root / name).mkdir()
         shutil.copy(root / "clean" / "config.json", root / name / "config.json")
         save_file({rename(k): v for k, v in tensors.items()}, root / name / "model.safetensors")
-        calls.append({"checkpoint": root / name, "model": "hf"})
+        calls.append({"checkpoint": root / name, "model": "hf", "model_impl": "transformers"})
     return calls
 
 
@@ -89,6 +89,7 @@ def test_every_suggestion_pasted_gets_the_verdict_promised(tmp_path, quiet_trans
             mapper=mapper,
             replace_mapper=replace,
             loader=loader or "all",
+            model_impl=call.get("model_impl", "auto"),
         )
         where = f"{call['checkpoint']} --model {call['model']} {fix.flag}"
         if fix.proven:
@@ -107,6 +108,7 @@ def test_every_suggestion_the_command_line_printed_pasted_gets_the_verdict_promi
     if not cli_suggestions_seen:  # run alone: one of its own
         _bert_cases(tmp_path)
         argv = ["inspect", str(tmp_path / "shifted"), "--model", "hf"]
+        argv += ["--model-impl", "transformers"]
         printed = loadkit_cli(*argv).stdout
         assert "\n  --mapper '" in printed, printed
         cli_suggestions_seen = [(argv, None, {}, printed)]

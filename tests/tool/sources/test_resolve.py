@@ -64,8 +64,10 @@ def _same_json(theirs: str, local: str) -> None:
 def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
     folder, cache = bert
     env = {"HF_HUB_CACHE": str(cache)}
-    local = loadkit_cli("inspect", folder, "--model", "hf")
-    cached = loadkit_cli("inspect", "org/bert", "--model", "hf", env=env)
+    local = loadkit_cli("inspect", folder, "--model", "hf", "--model-impl", "transformers")
+    cached = loadkit_cli(
+        "inspect", "org/bert", "--model", "hf", "--model-impl", "transformers", env=env
+    )
     assert (cached.returncode, cached.stderr) == (local.returncode, "")
     snapshot = repo_dir(cache, "org/bert") / "snapshots" / ONE
     assert _from_checkpoint(cached.stdout)[:3] == [
@@ -74,9 +76,14 @@ def test_repo_id_with_model_hf_gives_the_folders_report(bert, loadkit_cli):
         f"    commit {ONE}",
     ]
     assert _body(cached.stdout, 2, snapshot) == _body(local.stdout, 0, folder)
-    as_json = loadkit_cli("inspect", "org/bert", "--model", "hf", "--json", env=env)
+    as_json = loadkit_cli(
+        "inspect", "org/bert", "--model", "hf", "--model-impl", "transformers", "--json", env=env
+    )
     source = _same_json(
-        as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
+        as_json.stdout,
+        loadkit_cli(
+            "inspect", folder, "--model", "hf", "--model-impl", "transformers", "--json"
+        ).stdout,
     )
     assert source["kind"] == "hub" and source["hub"]["commit"] == ONE
     assert source["hub"]["folder"] == str(snapshot) and source["hub"]["lacks"] == []
@@ -144,17 +151,22 @@ def test_without_huggingface_hub_a_repo_id_says_what_to_install(tmp_path):
 
 def test_url_of_an_index_gives_the_folders_report_from_headers_alone(bert, loadkit_cli):
     folder, _ = bert
-    local = loadkit_cli("inspect", folder, "--model", "hf")
+    local = loadkit_cli("inspect", folder, "--model", "hf", "--model-impl", "transformers")
     with serve(folder) as server:
         url = server.url("model.safetensors.index.json")
-        remote = loadkit_cli("inspect", url, "--model", "hf")
-        as_json = loadkit_cli("inspect", url, "--model", "hf", "--json")
+        remote = loadkit_cli("inspect", url, "--model", "hf", "--model-impl", "transformers")
+        as_json = loadkit_cli(
+            "inspect", url, "--model", "hf", "--model-impl", "transformers", "--json"
+        )
     assert (remote.returncode, remote.stderr) == (local.returncode, "")
     assert _from_checkpoint(remote.stdout)[0] == f"checkpoint  {url}"
     base = url.rsplit("/", 1)[0]
     assert _body(remote.stdout, 1, base) == _body(local.stdout, 0, folder)
     source = _same_json(
-        as_json.stdout, loadkit_cli("inspect", folder, "--model", "hf", "--json").stdout
+        as_json.stdout,
+        loadkit_cli(
+            "inspect", folder, "--model", "hf", "--model-impl", "transformers", "--json"
+        ).stdout,
     )
     # what was served: the index and config.json whole, of each shard its header only
     shards = sorted(folder.glob("*.safetensors"))

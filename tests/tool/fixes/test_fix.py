@@ -45,7 +45,7 @@ def minilm(tmp_path_factory, quiet_transformers):
 
 
 def test_a_layer_off_by_one_is_said_in_words_and_fixed_by_one_rule_per_layer(minilm):
-    r = inspect_checkpoint(minilm, model="hf")
+    r = inspect_checkpoint(minilm, model="hf", model_impl="transformers")
     assert r.clean is False
     fix = r.fix
     assert [s.words() for s in fix.shifts] == [
@@ -175,7 +175,7 @@ def _not_offered_lines(report):
 
 
 def test_a_rule_refused_for_scrambling_layers_is_said_when_no_fix_is_offered(bert4, loadkit_cli):
-    r = inspect_checkpoint(bert4["layer-0-as-6"], model="hf")
+    r = inspect_checkpoint(bert4["layer-0-as-6"], model="hf", model_impl="transformers")
     assert r.fix is None and r.exit_status == 1
     why = (
         "it would send checkpoint layers 6 -> 0 (model.encoder.layer.N) while layers 1..3 keep "
@@ -187,18 +187,22 @@ def test_a_rule_refused_for_scrambling_layers_is_said_when_no_fix_is_offered(ber
     line = f"not offered: substr '.6.' -> '.0.': {why}"
     assert _not_offered_lines(r) == [line]
     assert "suggested fix" not in r.render()
-    res = loadkit_cli("inspect", bert4["layer-0-as-6"], "--model", "hf", "--json")
+    res = loadkit_cli(
+        "inspect", bert4["layer-0-as-6"], "--model", "hf", "--model-impl", "transformers", "--json"
+    )
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and doc["suggested_fix"] is None
     assert doc["not_offered"] == [{"stage": "substr", "old": ".6.", "new": ".0.", "why": why}]
-    text = loadkit_cli("inspect", bert4["layer-0-as-6"], "--model", "hf")
+    text = loadkit_cli(
+        "inspect", bert4["layer-0-as-6"], "--model", "hf", "--model-impl", "transformers"
+    )
     assert line in text.stdout.splitlines() and text.returncode == 1
 
 
 def test_a_rule_whose_second_load_is_worse_is_said_when_no_fix_is_offered(bert4):
     # Two pairs per layer vote for one regex: a number, then 'output.' inserted. It fires on
     # every numbered name, so the second load has more problems than the first.
-    r = inspect_checkpoint(bert4["flat-dense"], model="hf")
+    r = inspect_checkpoint(bert4["flat-dense"], model="hf", model_impl="transformers")
     assert r.fix is None and r.load.problems() == ["8 unexpected", "8 model tensors never filled"]
     ((rule, why),) = r.not_offered.rejected
     assert (rule.stage, rule.old, rule.new) == ("regex", r"(\d+)\.", r"\g<1>.output.")
@@ -212,6 +216,6 @@ def test_a_rule_whose_second_load_is_worse_is_said_when_no_fix_is_offered(bert4)
 
 
 def test_nothing_refused_nothing_said(minilm):
-    r = inspect_checkpoint(minilm, model="hf")
+    r = inspect_checkpoint(minilm, model="hf", model_impl="transformers")
     assert r.fix is not None and r.not_offered is None
     assert json.loads(r.to_json())["not_offered"] == []

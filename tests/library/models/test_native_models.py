@@ -1,0 +1,70 @@
+"""vLLM 0.34.0's native classes as loadkit re-implements them, loaded for real on the CPU from
+checkpoints transformers wrote: each packed parameter holds its checkpoint tensors in vLLM's
+order (``qkv_proj`` = q, k, v; ``gate_up_proj`` = gate, up), every other parameter its own
+tensor, and a tied head the embedding; nothing is left as it was built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from native_cases import ARCHS, read_tensors
+
+from loadkit.loading.track import track_weights_loading
+from loadkit.models.native import CLASSES, native_class
+
+
+@pytest.fixture(scope="module")
+def native_clean(tmp_path_factory, quiet_transformers):
+    from native_cases import clean_checkpoints
+
+    return clean_checkpoints(tmp_path_factory.mktemp("native"))
+
+
+def expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The checkpoint tensor(s) a vLLM parameter holds, in vLLM's packing order: q, k, v;
+    gate, up; per expert gate over up (``w13``) and down (``w2``)."""
+    if ".routed_experts." in name:
+        return _experts(name, t)
+    for packed, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+                          ("gate_up_proj", ("gate_proj", "up_proj"))):  # fmt: skip
+        if f".{packed}." in name and name not in t:
+            return torch.cat([t[name.replace(packed, p)] for p in parts])
+    return t[name]
+
+
+def _experts(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
+    layer = name.split(".routed_experts.")[0].removesuffix(".experts")
+    for gate, up, down in (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2")):
+        count = sum(k.startswith(f"{layer}.experts.") and k.endswith(f".{down}.weight") for k in t)
+        if not count:
+            continue
+        if name.endswith("w13_weight"):
+            parts = [(f"{layer}.experts.{e}.{gate}.weight", f"{layer}.experts.{e}.{up}.weight")
+                     for e in range(count)]  # fmt: skip
+            return torch.stack([torch.cat([t[g], t[u]]) for g, u in parts])
+        return torch.stack([t[f"{layer}.experts.{e}.{down}.weight"] for e in range(count)])
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_a_real_load_puts_every_checkpoint_tensor_where_vllm_puts_it(arch, native_clean):
+    a = ARCHS[arch]
+    folder = native_clean(arch)
+    t = read_tensors(folder)
+    from loadkit.models.transformers.config import load_config
+
+    config, _ = load_config(folder)
+    model = native_class(a.vllm_class or a.cls)(config)
+    for p in model.parameters():
+        p.data.fill_(float("nan"))  # what no load reaches stays NaN
+    loaded = model.load_weights(t.items())
+    assert track_weights_loading(model, loaded) == ([], [])
+    for name, param in model.named_parameters():
+        assert not param.isnan().any(), name
+        assert torch.equal(param, expected(name, t)), name
+    if config.tie_word_embeddings and hasattr(model, "lm_head"):  # Gemma 2 has none
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_every_native_architecture_has_a_case():
+    assert {a.vllm_class or a.cls for a in ARCHS.values()} >= set(CLASSES)

@@ -1,0 +1,102 @@
+"""``--model hf`` on checkpoints vLLM 0.34.0 serves with its native classes: the verdict names
+the class, and says what vLLM would do with a partial or wrong checkpoint: refuse it (a norm or
+a stacked shard missing, an unexpected key, a shape that does not fit), or load it without a
+word and leave a tensor uninitialised (a linear weight missing: vLLM does not check those).
+
+The expected kinds are read off vLLM 0.34.0's code (``track_weights_loading``, the stacked
+layers' ``pop_missing_shards``, ``AutoWeightsLoader``); ``make test-upstream`` runs the wheel's
+own ``load_weights`` on the same files (tests/upstream/test_native_upstream.py).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+from native_cases import ARCHS, cases, make_variant
+
+from loadkit_inspect import inspect_checkpoint
+
+# mutation -> what vLLM 0.34.0 does with it: "clean", "fails" (it raises), "quiet" (it loads
+# and leaves a tensor uninitialised)
+KIND = {
+    "clean": "clean",
+    "prefix renamed": "fails",
+    "norm dropped": "fails",
+    "linear dropped": "quiet",
+    "stacked shard dropped": "fails",
+    "matrix transposed": "fails",
+    "extra head": "fails",
+    "tied head flipped": "clean",
+    "layers shifted": "fails",
+    "extra bias": "clean",
+    "kv scale": "fails",
+    "rotary buffer saved": "clean",
+    "expert dropped": "quiet",  # vLLM tracks no expert slice
+    "experts fused": "clean",  # the fused entries of the expert mapping take them
+}
+
+
+# Where an architecture answers otherwise, and why (read off its class).
+CASE_KIND = {
+    # Gemma2ForCausalLM has no lm_head at all (the embedding makes the logits): a saved head is
+    # a key the model has no place for
+    ("gemma2", "tied head flipped"): "fails",
+}
+
+
+@pytest.fixture(scope="module")
+def native_clean(tmp_path_factory, quiet_transformers):
+    from native_cases import clean_checkpoints
+
+    return clean_checkpoints(tmp_path_factory.mktemp("native"))
+
+
+@pytest.mark.parametrize(("arch", "mutation"), cases())
+def test_the_vllm_verdict_is_the_native_classs(arch, mutation, native_clean, tmp_path):
+    folder = make_variant(ARCHS[arch], mutation, native_clean(arch), tmp_path / "variant")
+    if folder is None:
+        pytest.skip(f"{mutation} does not apply to {arch}")
+    report = inspect_checkpoint(folder, model="hf", loader="vllm")
+    verdict = report.loaders["vllm"]
+    expected = ARCHS[arch].vllm_class or ARCHS[arch].cls
+    assert verdict.label == f"vllm 0.34.0, native {expected}"
+    kind = "clean" if verdict.clean else "quiet" if verdict.quiet else "fails"
+    assert kind == CASE_KIND.get((arch, mutation), KIND[mutation]), verdict.phrase()
+    assert report.exit_status == (0 if kind == "clean" else 1)
+
+
+def test_a_missing_linear_weight_is_said_plainly(native_clean, tmp_path):
+    folder = make_variant(ARCHS["llama"], "linear dropped", native_clean("llama"), tmp_path / "v")
+    report = inspect_checkpoint(folder, model="hf")
+    first = " ".join(report.render().split("\n\n")[0].split()).replace(" | ", " ")
+    assert first == (
+        f"transformers {version('transformers')}: would NOT load (1 missing: "
+        "model.layers.1.mlp.down_proj.weight) "
+        "vllm 0.34.0, native LlamaForCausalLM: would load WITHOUT AN ERROR but leave 1 tensor "
+        "uninitialised (never in the checkpoint; vLLM does not check it): "
+        "model.layers.1.mlp.down_proj.weight"
+    )
+
+
+def test_a_missing_stacked_shard_is_named_as_vllm_names_it(native_clean, tmp_path):
+    clean = native_clean("qwen3")
+    folder = make_variant(ARCHS["qwen3"], "stacked shard dropped", clean, tmp_path / "v")
+    verdict = inspect_checkpoint(folder, model="hf", loader="vllm").loaders["vllm"]
+    assert verdict.problems == ["1 missing: model.layers.1.self_attn.qkv_proj.weight.k"]
+
+
+def test_a_missing_norm_fails_and_a_missing_linear_is_said_beside_it(native_clean, tmp_path):
+    from native_cases import Variant, read_tensors, write_variant
+
+    clean = native_clean("mistral")
+    t = read_tensors(clean)
+    drop = ("model.norm.weight", "model.layers.0.self_attn.o_proj.weight")
+    folder = write_variant(clean, Variant({k: v for k, v in t.items() if k not in drop}), tmp_path)
+    verdict = inspect_checkpoint(folder, model="hf", loader="vllm").loaders["vllm"]
+    assert not verdict.clean and not verdict.quiet
+    assert verdict.problems == [
+        "1 missing: model.norm.weight",
+        "besides, 1 tensor uninitialised (never in the checkpoint; vLLM does not check it): "
+        "model.layers.0.self_attn.o_proj.weight",
+    ]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 2.0  # inspect's whole process against a plain parse of the same headers
-# What tests/tool/test_cli_speed.py asserts: the CPU-time ratio is 1.89 to 1.92 over 21 runs,
+# What tests/tool/cli/test_main_speed.py asserts: the CPU-time ratio is 1.89 to 1.92 over 21 runs,
 # but the test's 7 runs gave up to 1.98 under load (docs/benchmarks.md), too close to the target
 # to assert it; this bound fails the 2.3 of dataclasses on the header path.
 ASSERTED_RATIO = 2.2

@@ -94,7 +94,7 @@ def inspect_checkpoint(
             reads); with ``replace_mapper`` they replace them.
         mapper_label: how the report names ``mapper``.
         replace_mapper: ``mapper`` replaces the model's rules instead of extending them.
-        rules: rules added to the model's root loader (skip, ignore) and to the verdict
+        rules: rules added to the model's root AutoWeightsLoader (skip, ignore) and to the verdict
             (``allow_missing``, ``strict_dtype``).
         model_args: keyword arguments for a callable ``model``.
         probe: report the pooling probe; ``None``: only for a pooling model.
@@ -279,7 +279,8 @@ def build(
     mapper = own
     if names.mapper is not None:
         # The pooling probe reads hf_to_vllm_mapper: an instance attribute replaces the class's
-        # for this (meta) model only. The dry load extends (or replaces) the root loader's.
+        # for this (meta) model only. The dry load extends (or replaces) the root
+        # AutoWeightsLoader's.
         extend = not names.replace and own is not None
         mapper = own | names.mapper if extend and own is not None else names.mapper
         setattr(module, "hf_to_vllm_mapper", mapper)  # noqa: B010 (an instance attribute)
@@ -309,7 +310,7 @@ def load(
     names: NameMapping,
     progress: Progress,
 ) -> DryLoad:
-    """The load simulated on ``meta`` with the model's own loader and the user's rules."""
+    """The load simulated on ``meta`` with the model's ``load_weights`` and the user's rules."""
     from loadkit_inspect.simulate import dry_load
 
     replace = names.replaces
@@ -322,7 +323,7 @@ def load(
         rules=rules,
         progress=progress.stage("dry load", "name"),
     )
-    if rules.for_loader and not loaded.autoloader:
+    if rules.for_auto_loader and not loaded.auto_loader_at_root:
         loaded.report.notes.append(
             f"{built.cls}.load_weights does not load through an AutoWeightsLoader at its root: the "
             "skip and ignore rules given were not applied"
@@ -337,24 +338,24 @@ def trace_mapper(
     names: NameMapping,
 ) -> MapperReport | None:
     """The mapper section: the user's rules (as the load used them, after the model's own;
-    noting a load that bypassed them), else the mapper the model's root loader used, else the
-    model's ``hf_to_vllm_mapper``."""
+    noting a load that bypassed them), else the mapper the model's root AutoWeightsLoader used,
+    else the model's ``hf_to_vllm_mapper``."""
     from loadkit_inspect.mapper_trace import mapper_report
 
     cls = built.cls
     origins = getattr(built.module, "mapper_rule_origins", None)
     if names.mapper is not None:
         traced, label = names.mapper, names.label
-        if loaded.autoloader and loaded.mapper is not None and not names.replace:
+        if loaded.auto_loader_at_root and loaded.mapper is not None and not names.replace:
             traced, label = loaded.mapper, f"{cls}'s own rules, then {names.label}"
         report = mapper_report(traced, read.names, label, origins)
-        if not loaded.autoloader:
+        if not loaded.auto_loader_at_root:
             report.note = (
                 f"{cls}.load_weights does not load through an AutoWeightsLoader at its root: "
                 "these rules were traced, and given to the pooling probe, but not to the load"
             )
         return report
-    if loaded.autoloader and loaded.mapper is not None:
+    if loaded.auto_loader_at_root and loaded.mapper is not None:
         source = (
             f"{cls}.hf_to_vllm_mapper"
             if loaded.mapper is built.mapper
@@ -466,7 +467,7 @@ def suggest_fixes(
     """Rules that explain a systematic mismatch, offered only when a second dry load makes
     things better (proven when it is clean); or the rules considered and refused, and why. A
     fix names the other loaders judged, which its mapper rules do not apply to."""
-    if not suggest or loaded.report.clean or not loaded.autoloader:
+    if not suggest or loaded.report.clean or not loaded.auto_loader_at_root:
         return None, None
     from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
     from loadkit_inspect.simulate import dry_load

@@ -1,6 +1,6 @@
-"""The load rules a user adds to an inspect: ``LoadRules`` (rules for the model's root loader,
-and verdict rules), and ``pattern_problem`` (why a shell-style pattern would match nothing).
-Torch-free.
+"""The load rules a user adds to an inspect: ``LoadRules`` (rules for the model's root
+AutoWeightsLoader, and verdict rules), and ``pattern_problem`` (why a shell-style pattern would
+match nothing). Torch-free.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class LoadRules(NamedTuple):
     strict_dtype: bool = False  # any cast fails the load, not only incompatible ones
 
     @property
-    def for_loader(self) -> bool:
-        """Are there rules for the root loader (not only for the verdict)?"""
+    def for_auto_loader(self) -> bool:
+        """Are there rules for the root AutoWeightsLoader (not only for the verdict)?"""
         return bool(
             self.skip_prefixes or self.ignore_unexpected_prefixes or self.ignore_unexpected_suffixes
         )
@@ -68,7 +68,7 @@ class LoadRules(NamedTuple):
 
     def skipped(self, key: str) -> str | None:
         """The rule by which ``skip_prefixes`` skips checkpoint key ``key`` by its own name (the
-        root loader tests the name after the mapper itself), or ``None``.
+        root AutoWeightsLoader tests the name after the mapper itself), or ``None``.
 
         >>> LoadRules(skip_prefixes=("bert.pooler.",)).skipped("bert.pooler.dense.bias")
         "skip_prefixes 'bert.pooler.' (checkpoint name)"

@@ -34,7 +34,7 @@ settings.register_profile(
 )
 settings.load_profile("loadkit")  # hypothesis' --hypothesis-profile option loads after this
 
-PASTE_TEST = "test_every_suggestion_pasted.py"
+PASTE_TEST = "test_fix_pasted.py"
 
 
 def pytest_collection_modifyitems(config, items):

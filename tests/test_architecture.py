@@ -320,6 +320,60 @@ def test_the_tool_imports_only_the_librarys_public_names():
     print(f"the tool imports {len(imported)} library names from {len(faces)} modules")
 
 
+TOOL_TESTS = ROOT / "tests" / "tool"
+# Test files that test the tool whole (an install without torch), not one module.
+WHOLE_TOOL_TESTS = {"test_torch_optional.py"}
+# Tool modules with logic that have no test file named after them yet; the list may only shrink.
+UNTESTED_TOOL_MODULES = {
+    "loadkit_inspect.casts",
+    "loadkit_inspect.cli.arguments",
+    "loadkit_inspect.models.hf",
+    "loadkit_inspect.models.registry",
+    "loadkit_inspect.options",
+    "loadkit_inspect.simulate.observer",
+    "loadkit_inspect.simulate.outcome",
+    "loadkit_inspect.simulate.recording",
+    "loadkit_inspect.simulate.run",
+    "loadkit_inspect.simulate.weights",
+    "loadkit_inspect.tensor_parallel.rowmap",
+    "loadkit_inspect.tensor_parallel.share",
+}
+
+
+def _tested_module(test: Path) -> str | None:
+    """The tool module a test file is named after: ``tests/tool/A/test_B[_aspect].py`` tests
+    ``loadkit_inspect.A.B`` (``test_A[_aspect].py`` in ``tests/tool/A``: the package ``A``)."""
+    *folders, stem = test.relative_to(TOOL_TESTS).with_suffix("").parts
+    words = stem.removeprefix("test_").split("_")
+    for n in range(len(words), 0, -1):
+        name = "_".join(words[:n])
+        module = ".".join(["loadkit_inspect", *folders, name])
+        if module in MODULES:
+            return module
+        if folders and name == folders[-1]:
+            return ".".join(["loadkit_inspect", *folders])
+    return None
+
+
+def _has_logic(module: str) -> bool:
+    tree = ast.parse(MODULES[module].read_text())
+    return any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in tree.body)
+
+
+def test_every_tool_test_file_is_named_after_a_tool_module():
+    tests = sorted(TOOL_TESTS.rglob("test_*.py"))
+    assert len(tests) > 20  # the folder was found
+    unnamed = [str(t) for t in tests if t.name not in WHOLE_TOOL_TESTS and not _tested_module(t)]
+    assert unnamed == []
+
+
+def test_every_tool_module_with_logic_has_a_test_file_named_after_it():
+    tested = {_tested_module(t) for t in TOOL_TESTS.rglob("test_*.py")}
+    with_logic = {m for m in MODULES if m.split(".")[0] == "loadkit_inspect" and _has_logic(m)}
+    assert sorted(with_logic - tested - UNTESTED_TOOL_MODULES) == []
+    assert sorted(UNTESTED_TOOL_MODULES & tested) == []  # tested now: off the list
+
+
 def test_nothing_below_imports_the_notebook_layer():
     offenders = {
         name: sorted(

@@ -542,7 +542,7 @@ def read_header(text: str, data_size: int) -> HeaderTable:
 # refuses one that does) and no number can exceed int64: whitespace runs of at most
 # _COMMON_SPACE, names of at most _COMMON_NAME characters, at most _COMMON_DIMS dimensions of at
 # most 18 digits (below 2**63), dtype names of at most 16 characters. Its longest entry is far
-# below MAX_ENTRY_CHARS (tests/library/checkpoint/test_common_header.py builds it). Anything
+# below MAX_ENTRY_CHARS (tests/library/checkpoint/test_header.py builds it). Anything
 # longer is not an error here, only not common: the careful path reads it.
 _COMMON_SPACE = 256
 _COMMON_NAME = 65536

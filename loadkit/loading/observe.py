@@ -49,15 +49,17 @@ class LoadObserver:
         """The load took one checkpoint name (``entry``, before any rule disposed of it)."""
 
     def loading(
-        self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
+        self, auto_loader: AutoWeightsLoader, mapper: WeightsMapper | None
     ) -> WeightsMapper | None:
         """An ``AutoWeightsLoader`` starts a load with ``mapper``; returns the mapper to use. The
-        observer may also add rules to this loader's own lists (``loader.skip_prefixes``...)."""
+        observer may also add rules to this AutoWeightsLoader's own lists
+        (``auto_loader.skip_prefixes``...)."""
         return mapper
 
-    def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
-        """A rule of the observer's own that skips ``entry`` (after the loader's mapper and its
-        own skip rules, before the walk), named as a ledger shows rules; ``None``: none does.
+    def skipped(self, auto_loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
+        """A rule of the observer's own that skips ``entry`` (after the AutoWeightsLoader's mapper
+        and its own skip rules, before the walk), named as a ledger shows rules; ``None``: none
+        does.
         A dry load skips by the checkpoint's spelling of a name here."""
         return None
 

@@ -47,7 +47,7 @@ __all__ = ["DryLoad", "dry_load", "model_summary"]
 class DryLoad(NamedTuple):
     report: LoadReport
     mapper: WeightsMapper | None  # the mapper the root AutoWeightsLoader loaded with
-    autoloader: bool  # did the model load through an AutoWeightsLoader rooted at it?
+    auto_loader_at_root: bool  # did the model load through an AutoWeightsLoader rooted at it?
     # The load as vLLM 0.34.0's track_weights_loading judges it (loadkit.loading.track).
     tracked: Tracked | None = None
 
@@ -70,7 +70,7 @@ def dry_load(
         mapper: the mapper to load with when the model has no ``load_weights`` of its own; with
             ``replace_mapper``, the one its root ``AutoWeightsLoader`` uses in place of its own.
         extend: rules the root ``AutoWeightsLoader`` applies after its own, stage by stage.
-        rules: rules added to the root loader's, and rules for the verdict.
+        rules: rules added to the root AutoWeightsLoader's, and rules for the verdict.
         progress: called with (names fed, names in all) as each pass feeds the model.
 
     Returns:

@@ -15,7 +15,7 @@ transformers' own loading functions run on them, unchanged:
   ``_unexpected``, and the ``inv_freq`` / ``position_ids`` buffers older checkpoints saved).
   The two it leaves out only give missing weights storage and initial values.
 
-Steps loadkit does itself, each pinned by ``tests/tool/test_hf_oracle.py`` against
+Steps loadkit does itself, each pinned by ``tests/tool/simulate/test_from_pretrained.py`` against
 ``from_pretrained(..., output_loading_info=True)`` (34 architectures, 16 mutations):
 
 - which class loads: ``config.architectures[0]`` from the ``transformers`` namespace, else the

@@ -25,7 +25,7 @@ class Fate(NamedTuple):
     """A key's fate as the ledgers tell it (qualified from the model's root)."""
 
     status: Status
-    mapped: str | None  # the name the root loader looked up
+    mapped: str | None  # the name the root AutoWeightsLoader looked up
     target: str | None  # the parameter it filled, or the module it was handed to
     rule: str | None
 
@@ -45,7 +45,7 @@ class DryLoadObserver(LoadObserver):
         self.root_name = type(model).__name__
         self.recorder = recorder
         self.replace = replace
-        self.extend = extend  # rules appended to the root loader's own (``--mapper``)
+        self.extend = extend  # rules appended to the root AutoWeightsLoader's own (``--mapper``)
         if module_paths is None:
             module_paths = {id(m): name for name, m in model.named_modules()}
         self.module_paths = module_paths  # shared by every pass: computed once
@@ -60,7 +60,7 @@ class DryLoadObserver(LoadObserver):
 
     def opened(self, ledger: LoadLedger, module: nn.Module) -> None:
         path = self.module_paths.get(id(module))
-        if path is not None:  # a loader rooted outside the model tells nothing about it
+        if path is not None:  # an AutoWeightsLoader rooted outside the model tells nothing
             self._path[id(ledger)] = path
             self.ledgers.append((path, ledger))
 
@@ -79,24 +79,24 @@ class DryLoadObserver(LoadObserver):
             taken.append((path, entry))
 
     def loading(
-        self, loader: AutoWeightsLoader, mapper: WeightsMapper | None
+        self, auto_loader: AutoWeightsLoader, mapper: WeightsMapper | None
     ) -> WeightsMapper | None:
-        if loader.module is self.root:
+        if auto_loader.module is self.root:
             if self.replace is not None:
                 mapper = self.replace
-            elif self.extend is not None:  # each stage: the loader's rules, then these
+            elif self.extend is not None:  # each stage: the AutoWeightsLoader's rules, then these
                 mapper = self.extend if mapper is None else mapper | self.extend
             self.used.append(mapper)
-            # The user's rules join the root loader's own, on this loader instance only.
-            loader.skip_prefixes += self.rules.skip_prefixes
-            loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
-            loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
+            # The user's rules join the root AutoWeightsLoader's own, on this instance only.
+            auto_loader.skip_prefixes += self.rules.skip_prefixes
+            auto_loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
+            auto_loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
         return mapper
 
-    def skipped(self, loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
+    def skipped(self, auto_loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
         # The user's skip prefixes also match the checkpoint's own spelling of a key (the
-        # loader tests the name after its mapper), at the root loader only, as its other rules.
-        if loader.module is not self.root or not self.rules.skip_prefixes:
+        # AutoWeightsLoader tests the name after its mapper), at the root one only, as its rules.
+        if auto_loader.module is not self.root or not self.rules.skip_prefixes:
             return None
         return self.rules.skipped(self._key_of.get(id(entry), entry.name))
 

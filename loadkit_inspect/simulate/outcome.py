@@ -144,7 +144,7 @@ def _classify(
 
 
 def _left_out(info: TensorInfo, sim: Simulation, tally: _Tally) -> None:
-    """A key a pass left out (it failed the model's own loader): as the passes filed it."""
+    """A key a pass left out (it failed the model's ``load_weights``): as the passes filed it."""
     out = sim.excluded[info.name]
     tally.keys.append(out)
     if out.status == Status.LOAD_ERROR:

@@ -1,9 +1,10 @@
 """What one pass of the dry load saw: each ``weight_loader`` call and each write into the model.
 
-Every parameter's ``weight_loader`` is wrapped (on the meta copy, for the run only): a loader that
-fails (a shape mismatch) is recorded with the checkpoint key it was handed, and the walk goes on.
-A ``TorchDispatchMode`` sees every ``copy_`` into a model tensor, so a loader that bypasses
-``weight_loader`` (``param.data.copy_``) still counts as filling its parameter.
+Every parameter's ``weight_loader`` is wrapped (on the meta copy, for the run only): a weight
+loader that fails (a shape mismatch) is recorded with the checkpoint key it was handed, and the
+walk goes on. A ``TorchDispatchMode`` sees every ``copy_`` into a model tensor, so a
+``load_weights`` that bypasses ``weight_loader`` (``param.data.copy_``) still counts as filling
+its parameter.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Call:
 
 @dataclass
 class Pass:
-    """One run of the model's loader over (part of) the checkpoint."""
+    """One run of the model's ``load_weights`` over (part of) the checkpoint."""
 
     start: int = 0  # index of the first key fed; 0: a full pass
     current: str | None = None  # the key last pulled from the stream
@@ -102,7 +103,7 @@ class Recorder:
         return call
 
 
-def _recording_loader(name: str, loader: Any, recorder: Recorder) -> Any:
+def _recording_weight_loader(name: str, loader: Any, recorder: Recorder) -> Any:
     def recording_weight_loader(param: torch.Tensor, loaded_weight: Any, *args, **kwargs) -> Any:
         call = recorder.call(name, param, loaded_weight)
         try:
@@ -116,14 +117,16 @@ def _recording_loader(name: str, loader: Any, recorder: Recorder) -> Any:
 
 
 @contextmanager
-def recording_loaders(tensors: dict[str, torch.Tensor], recorder: Recorder) -> Iterator[None]:
+def recording_weight_loaders(
+    tensors: dict[str, torch.Tensor], recorder: Recorder
+) -> Iterator[None]:
     """Give every tensor (the model's, by name) a recording ``weight_loader`` for the block."""
     restore: list[tuple[torch.Tensor, Any]] = []
     for name, tensor in tensors.items():
         original = getattr(tensor, "weight_loader", None)
         restore.append((tensor, original))
         loader = original or default_weight_loader
-        tensor.weight_loader = _recording_loader(name, loader, recorder)  # type: ignore[attr-defined]
+        tensor.weight_loader = _recording_weight_loader(name, loader, recorder)  # type: ignore[attr-defined]
     try:
         yield
     finally:

@@ -1,12 +1,12 @@
-"""The passes of a dry load: run the model's own loader until every failing key is known.
+"""The passes of a dry load: run the model's ``load_weights`` until every failing key is known.
 
 A name the model does not have is recorded by the observer and the walk goes on, so a load
-through ``AutoWeightsLoader`` takes one pass however many names are wrong. A hand-written loader
-stops at the first such name (a ``KeyError``) or failing step: the key is left out, and a
-*discovery* pass resumes right after it; when a discovery pass reaches the end, one full pass
-without the keys left out gives the report. Every key is fed a bounded number of times, so the
-cost is linear in the number of names. An error after the last weight (a final check) blames no
-key: the load fails as a whole.
+through ``AutoWeightsLoader`` takes one pass however many names are wrong. A hand-written
+``load_weights`` stops at the first such name (a ``KeyError``) or failing step: the key is left
+out, and a *discovery* pass resumes right after it; when a discovery pass reaches the end, one
+full pass without the keys left out gives the report. Every key is fed a bounded number of
+times, so the cost is linear in the number of names. An error after the last weight (a final
+check) blames no key: the load fails as a whole.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from loadkit_inspect.simulate.recording import (
     Recorder,
     WriteWatcher,
     premade,
-    recording_loaders,
+    recording_weight_loaders,
 )
 
-MAX_RUNS = 256  # passes; a hand-written loader's failing name (or unknown module) costs one
+MAX_RUNS = 256  # passes; a hand-written load_weights' failing name (or unknown module) costs one
 
 
 @dataclass
@@ -82,7 +82,7 @@ class _Exclusions:
     ) -> None:
         message = str(exc).split("\n", 1)[0]
         mapped = mapper.map_name(culprit) if mapper is not None else culprit
-        # A KeyError for a name the model has is the loader's own error (a lookup in a table of
+        # A KeyError for a name the model has is load_weights' own error (a lookup in a table of
         # its own), not a name the model lacks.
         own_error = isinstance(exc, KeyError) and (
             mapped in known or (bool(exc.args) and exc.args[0] in known)
@@ -128,7 +128,7 @@ def simulate(
     replace = mapper if replace_mapper else None
     passes = _Passes(model, infos, tensors)
     start = 0
-    with recording_loaders(tensors, recorder):
+    with recording_weight_loaders(tensors, recorder):
         watcher = WriteWatcher(tensors, recorder)
         # Each pass leaves out one more key or is followed by a full pass: MAX_RUNS keys left
         # out at most, then one full pass for the report.
@@ -161,7 +161,7 @@ def _load_once(
     observer: DryLoadObserver,
     mapper: WeightsMapper | None,
 ) -> BaseException | None:
-    """One pass of the model's own loader over ``stream``; what it raised, if anything."""
+    """One pass of the model's ``load_weights`` over ``stream``; what it raised, if anything."""
     own = getattr(model, "load_weights", None)
     try:
         with watcher, observing(observer):

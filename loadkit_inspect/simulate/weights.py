@@ -3,10 +3,10 @@
 Each key becomes a plain meta tensor with two attributes, ``loadkit_key`` and ``loadkit_file``.
 The dry load's dispatch mode (``recording.WriteWatcher``), which sees every aten call of the
 load, hands them on with ``carry_key`` to each tensor computed from a keyed one (``clone``,
-``t()``, ``reshape``, ``-exp()``, ``cat``): a loader that transforms a weight, or a pooling probe
-that clones it, still loads it under its own key. A tensor subclass would carry the key too, but
-then every attribute read (``.shape``) runs Python code: the dry load of 200,000 names paid
-seconds for that.
+``t()``, ``reshape``, ``-exp()``, ``cat``): a weight loader that transforms a weight, or a
+pooling probe that clones it, still loads it under its own key. A tensor subclass would carry
+the key too, but then every attribute read (``.shape``) runs Python code: the dry load of
+200,000 names paid seconds for that.
 
 What makes no aten call passes no key: ``nn.Parameter(w)`` (a new tensor object over the same
 data, made in C++) and work done in another thread (a dispatch mode is the thread's own). A

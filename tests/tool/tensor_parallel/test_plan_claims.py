@@ -1,7 +1,7 @@
 """--tp claims only what was checked (issue 24): a model without tensor-parallel layers (vLLM
 0.34.0's Transformers backend as loadkit models it: --model-impl transformers) gets vLLM's config
 checks, never "would load cleanly on each rank" for ranks it did not simulate. vLLM's native
-classes have tensor-parallel layers: tests/tool/test_native_tp.py."""
+classes have tensor-parallel layers: tests/tool/tensor_parallel/test_plan_native.py."""
 
 from importlib.metadata import version
 

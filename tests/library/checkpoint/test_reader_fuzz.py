@@ -18,7 +18,7 @@ safetensors, every key must be in its shard, no key in two shards, and no shard 
 folder).
 
 The documented deviations (docs/hostile-input.md) are never generated here; each has its own
-test in ``tests/library/checkpoint/test_hostile_input.py``. ``make test`` runs these derandomized;
+test in ``tests/library/checkpoint/test_reader_hostile.py``. ``make test`` runs these derandomized;
 ``make test-deep`` runs them with random seeds and ten times the examples.
 """
 

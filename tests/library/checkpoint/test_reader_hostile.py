@@ -1,7 +1,7 @@
 """Hostile files and arguments (issue 13): one test per class of failure, each checked against the
 safetensors library where it has an opinion, plus the deliberate deviations
 (docs/hostile-input.md). The differential fuzzing of the same ground is
-``tests/library/checkpoint/test_fuzz_safetensors.py``."""
+``tests/library/checkpoint/test_reader_fuzz.py``."""
 
 from __future__ import annotations
 

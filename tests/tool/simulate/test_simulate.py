@@ -73,7 +73,8 @@ def test_the_dry_load_patches_no_class():
 
     with torch.device("meta"):
         model = Checks()
-    report, used, _ = dry_load(model, infos(["a"]), mapper=None, replace_mapper=True)
+    loaded = dry_load(model, infos(["a"]), mapper=None, replace_mapper=True)
+    report, used = loaded.report, loaded.mapper
     assert report.clean and report.keys[0].target == "a" and used is None
 
 

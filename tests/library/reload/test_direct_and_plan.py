@@ -23,7 +23,7 @@ from loadkit import (
 )
 from loadkit.errors import DirectReloadError, LoadPlanError
 from loadkit.models import gemma4, llama, nemotron_h, padded_moe, plamo2, vision_tower
-from loadkit.parallel import simulated_group, use_group
+from loadkit.parallel import stand_in_group, use_group
 from loadkit.reload import (
     ParamMeta,
     finish_reload,
@@ -58,7 +58,7 @@ def _llama(rank: int) -> Case:
     return Case(
         lambda: llama.LlamaForCausalLM(config),
         lambda seed: list(llama.make_checkpoint(config, seed).items()),
-        lambda: use_group(simulated_group(rank, 2)),  # built and loaded as rank ``rank``
+        lambda: use_group(stand_in_group(rank, 2)),  # built and loaded as rank ``rank``
     )
 
 

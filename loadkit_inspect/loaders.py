@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
 from loadkit.fmt import plural
-from loadkit.terms import VLLM_VERSION
+from loadkit.terms import VLLM_VERSION, Status
 
 if TYPE_CHECKING:
     from loadkit.loading import Tracked
@@ -87,7 +87,7 @@ class LoaderVerdict(NamedTuple):
         if self.clean:
             return f"{self.label}: would load cleanly"
         if self.quiet:
-            return f"{self.label}: would load WITHOUT AN ERROR but leave {said}"
+            return f"{self.label}: would load WITHOUT AN ERROR but {' and '.join(self.problems)}"
         if self.outcome == "loads":  # loadkit's own rule fails it (--strict-index)
             return f"{self.label}: would load cleanly, but {said}"
         if self.outcome == "warns":
@@ -201,24 +201,41 @@ def vllm_verdict(
     if problems or raised:
         return side.verdict(False, problems + raised)
     problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
-    allowed = {m.name for m in load.missing if m.allowed is not None}
-    quiet = [q for q in (side.tracked.quiet if side.tracked else []) if q not in allowed]
+    quiet = _quiet(load, side.tracked)
     if not problems and quiet and load.clean_but_missing:
-        return side.verdict(False, [_uninitialised(quiet)], quiet=True)
+        return side.verdict(False, quiet, quiet=True)
     if quiet:
-        problems.append(f"besides, {_uninitialised(quiet)}")
+        problems.append(f"besides, it would {' and '.join(quiet)}")
     clean = load.clean_but_missing and not problems
     return side.verdict(clean, [] if clean else problems or ["the load fails"])
 
 
-def _uninitialised(names: list[str]) -> str:
-    """``2 tensors uninitialised (never in the checkpoint; vLLM does not check them): a, b``."""
-    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
-    them = "it" if len(names) == 1 else "them"
-    return (
-        f"{plural(len(names), 'tensor')} uninitialised (never in the checkpoint; vLLM does not "
-        f"check {them}): {shown}"
-    )
+def _quiet(load: LoadReport, tracked: Tracked | None) -> list[str]:
+    """What a load vLLM does not check would do without a word (``tracked``: vLLM's native
+    classes): leave tensors uninitialised, and drop keys its own ``load_weights`` took and
+    loaded nowhere (gpt-oss passes a name it does not have over)."""
+    if tracked is None:
+        return []
+    allowed = {m.name for m in load.missing if m.allowed is not None}
+    left = [q for q in tracked.quiet if q not in allowed]
+    dropped = [k.name for k in load.keys if k.status == Status.DELEGATED]
+    out = []
+    if left:
+        them = "it" if len(left) == 1 else "them"
+        out.append(
+            f"leave {plural(len(left), 'tensor')} uninitialised (never in the checkpoint; vLLM "
+            f"does not check {them}): {_shown(left)}"
+        )
+    if dropped:
+        out.append(
+            f"ignore {plural(len(dropped), 'checkpoint key')} (taken by the model's own "
+            f"load_weights and loaded nowhere): {_shown(dropped)}"
+        )
+    return out
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
 
 
 def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:

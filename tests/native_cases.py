@@ -115,6 +115,95 @@ ARCHS: dict[str, NativeArch] = {
             moe=True,
         ),
         NativeArch(
+            "deepseek-v3",
+            "DeepseekV3ForCausalLM",
+            _cfg(
+                "DeepseekV3Config",
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=4,
+                vocab_size=64,
+                max_position_embeddings=64,
+                n_routed_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=8,
+                n_shared_experts=1,
+                first_k_dense_replace=1,
+                q_lora_rank=8,
+                kv_lora_rank=8,
+                qk_rope_head_dim=4,
+                qk_nope_head_dim=4,
+                v_head_dim=4,
+                n_group=1,
+                topk_group=1,
+                topk_method="noaux_tc",  # as real DeepSeek-V3 configs say (transformers' does not)
+            ),
+            moe=True,
+        ),
+        NativeArch(
+            "deepseek-v2",  # no q_lora_rank: q_proj and kv_a_proj_with_mqa unpacked
+            "DeepseekV2ForCausalLM",
+            _cfg(
+                "DeepseekV2Config",
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=4,
+                vocab_size=64,
+                max_position_embeddings=64,
+                n_routed_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=8,
+                n_shared_experts=2,
+                first_k_dense_replace=1,
+                q_lora_rank=None,
+                kv_lora_rank=8,
+                qk_rope_head_dim=4,
+                qk_nope_head_dim=4,
+                v_head_dim=4,
+                n_group=1,
+                topk_group=1,
+            ),
+            moe=True,
+        ),
+        NativeArch(
+            "gpt-oss",
+            "GptOssForCausalLM",
+            _cfg(
+                "GptOssConfig",
+                **{**DENSE, "intermediate_size": 8},
+                head_dim=8,
+                num_local_experts=4,
+                num_experts_per_tok=2,
+                sliding_window=8,
+            ),
+            moe=True,
+        ),
+        NativeArch(
+            "qwen2.5-vl",
+            "Qwen2_5_VLForConditionalGeneration",
+            _cfg(
+                "Qwen2_5_VLConfig",
+                text_config={**DENSE, "tie_word_embeddings": False},
+                vision_config={
+                    "depth": 2,
+                    "hidden_size": 16,
+                    "intermediate_size": 32,
+                    "num_heads": 2,
+                    "out_hidden_size": 16,
+                    "patch_size": 2,
+                    "temporal_patch_size": 2,
+                    "spatial_merge_size": 2,
+                    "fullatt_block_indexes": [1],
+                    "window_size": 4,
+                },
+            ),
+            multimodal=True,
+        ),
+        NativeArch(
             "phi3",
             "Phi3ForCausalLM",
             _cfg("Phi3Config", **DENSE, pad_token_id=0, bos_token_id=0, eos_token_id=0),
@@ -214,8 +303,9 @@ def m_linear_dropped(arch, t, config):
 
 
 def m_shard_dropped(arch, t, config):
-    """One of q/k/v missing (layer 1's k_proj): a stacked parameter partly filled."""
-    key = _first(t, r"layers\.1\.self_attn\.k_proj\.weight$")
+    """One part of a stacked parameter missing (layer 1's k_proj; with multi-head latent
+    attention its kv_a_proj_with_mqa, packed with q_a_proj): a stacked parameter partly filled."""
+    key = _first(t, r"layers\.1\.self_attn\.(k_proj|kv_a_proj_with_mqa)\.weight$")
     return None if key is None else Variant({k: v for k, v in t.items() if k != key})
 
 
@@ -227,18 +317,27 @@ def m_transposed(arch, t, config):
 
 def m_extra_head(arch, t, config):
     """A second head the model has no place for (a value head of an RL export)."""
-    return Variant({**t, "v_head.weight": torch.zeros(1, config["hidden_size"])})
+    hidden = config.get("hidden_size") or config["text_config"]["hidden_size"]
+    return Variant({**t, "v_head.weight": torch.zeros(1, hidden)})
 
 
 def m_tied_flipped(arch, t, config):
     """The config's ``tie_word_embeddings`` flipped: a tied model with its head saved as if it
     were untied, or an untied one whose head the export left out."""
-    tied = bool(config.get("tie_word_embeddings"))
+    text = config.get("text_config", config)  # a multimodal model reads its text config's
+    tied = bool(text.get("tie_word_embeddings"))
     flipped = {**config, "tie_word_embeddings": not tied}
+    if "text_config" in config:
+        flipped["text_config"] = {**text, "tie_word_embeddings": not tied}
     if tied:
         embed = t[_first(t, r"embed_tokens\.weight$") or ""]
         return Variant({**t, "lm_head.weight": embed.clone()}, flipped)
     return Variant({k: v for k, v in t.items() if k != "lm_head.weight"}, flipped)
+
+
+def m_stray_layer_key(arch, t, config):
+    """A key inside a layer the model has no place for (``model.layers.0.mlp.extra.weight``)."""
+    return Variant({**t, "model.layers.0.mlp.extra.weight": torch.zeros(2, 2)})
 
 
 def m_layers_shifted(arch, t, config):
@@ -322,6 +421,21 @@ def m_experts_fused(arch, t, config):
     return Variant(out)
 
 
+def m_experts_split(arch, t, config):
+    """Every layer's experts saved one by one (``experts.3.gate_up_proj``, its bias...) where
+    the model's own format holds them all at once (gpt-oss: ``experts.gate_up_proj [experts,
+    hidden, 2 * intermediate]``)."""
+    fused = [k for k in t if re.search(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$", k)]
+    if not fused:
+        return None
+    out = {k: v for k, v in t.items() if k not in fused}
+    for key in fused:
+        layer, _, leaf = key.rpartition(".")
+        for e, part in enumerate(t[key].unbind(0)):
+            out[f"{layer}.{e}.{leaf}"] = part.clone()
+    return Variant(out)
+
+
 MUTATIONS: dict[str, Mutation] = {
     "clean": lambda arch, t, config: Variant(dict(t)),
     "prefix renamed": m_prefix_renamed,
@@ -332,11 +446,13 @@ MUTATIONS: dict[str, Mutation] = {
     "extra head": m_extra_head,
     "tied head flipped": m_tied_flipped,
     "layers shifted": m_layers_shifted,
+    "stray layer key": m_stray_layer_key,
     "extra bias": m_extra_bias,
     "kv scale": m_kv_scale,
     "rotary buffer saved": m_rotary_saved,
     "expert dropped": m_expert_dropped,
     "experts fused": m_experts_fused,
+    "experts split": m_experts_split,
 }
 
 

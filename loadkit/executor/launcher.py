@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 from loadkit.checkpoint.reader import open_checkpoint
 from loadkit.executor.results import Fault, Job, ModelFactory, RankResult, TPRun
 from loadkit.executor.worker import LaunchSpec, run_rank
-from loadkit.parallel.state import TensorParallelError, simulated_group, use_group
+from loadkit.parallel.state import TensorParallelError, stand_in_group, use_group
 
 DEFAULT_INPUT_IDS = (1, 7, 42, 99, 3, 64, 15, 80)
 
@@ -43,7 +43,7 @@ def check_tensor_parallel(
     where it has one); raises if any finding says it cannot work. The model is built once, on
     the meta device, as the only rank of a simulated group."""
     tensors = open_checkpoint(checkpoint).tensors
-    with torch.device("meta"), use_group(simulated_group(0, 1)):
+    with torch.device("meta"), use_group(stand_in_group(0, 1)):
         built = Job().build(model, tensors)
     verify = getattr(getattr(built, "config", None), "verify_tensor_parallel", None)
     findings = list(verify(tp)) if callable(verify) else []

@@ -27,7 +27,7 @@ from loadkit.parallel.state import (
     get_tensor_model_parallel_rank,
     get_tensor_model_parallel_world_size,
     get_tp_group,
-    simulated_group,
+    stand_in_group,
     use_group,
 )
 from loadkit.parallel.vocab_parallel_embedding import (
@@ -56,8 +56,8 @@ __all__ = [
     "get_tensor_model_parallel_world_size",
     "get_tp_group",
     "pad_vocab_size",
-    "simulated_group",
     "size_findings",
+    "stand_in_group",
     "use_group",
     "vocab_shard",
 ]

@@ -473,6 +473,7 @@ def FusedMoE(
     is_fused_checkpoint_transposed: bool = False,
     gate: nn.Module | None = None,
     shared_experts: nn.Module | None = None,
+    routed_experts_cls: type[RoutedExperts] | None = None,
 ) -> MoERunner:
     """The ``MoERunner`` of ``num_experts`` experts for this rank of the current group: each
     expert's intermediate size is split across the ranks (vLLM's tensor-parallel MoE).
@@ -495,7 +496,7 @@ def FusedMoE(
         tp_size=group.world_size,
         tp_rank=group.rank,
     )
-    experts = RoutedExperts(
+    experts = (routed_experts_cls or RoutedExperts)(
         prefix,
         params_dtype,
         config,

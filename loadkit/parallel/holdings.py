@@ -113,8 +113,8 @@ class HoldingsRecorder:
     """Records every copy the model's loaders make, by parameter and checkpoint key.
 
     >>> from loadkit.loading.auto_loader import AutoWeightsLoader
-    >>> from loadkit.parallel import ColumnParallelLinear, simulated_group, use_group
-    >>> with use_group(simulated_group(1, 2)):  # rank 1 of 2 holds output rows 3-5
+    >>> from loadkit.parallel import ColumnParallelLinear, stand_in_group, use_group
+    >>> with use_group(stand_in_group(1, 2)):  # rank 1 of 2 holds output rows 3-5
     ...     layer = ColumnParallelLinear(4, 6, bias=False)
     ...     with HoldingsRecorder(layer) as rec:
     ...         weights = rec.watch([("weight", torch.ones(6, 4))])

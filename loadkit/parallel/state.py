@@ -3,8 +3,8 @@
 vLLM keeps one global group (``get_tensor_model_parallel_rank()`` reads it). loadkit scopes it
 instead: ``use_group(group)`` makes ``group`` current for the code inside the ``with`` (a
 ``ContextVar``, so threads and notebook cells do not leak groups into each other). A group is
-either backed by ``torch.distributed`` (real processes; ``init_tp_group``), or simulated
-(``simulated_group(rank, tp)``): one rank's view without any process, for meta-device checks.
+either backed by ``torch.distributed`` (real processes; ``init_tp_group``), or a stand-in
+(``stand_in_group(rank, tp)``): one rank's view without any process, for meta-device checks.
 
 Nothing here is CPU-specific: the collectives are ``torch.distributed``'s, so the same code runs
 on gloo (CPU, these tests) and nccl.
@@ -30,7 +30,7 @@ from loadkit.errors import NotDivisibleError, TensorParallelError
 class TPGroup:
     """One rank's view of its tensor-parallel group.
 
-    ``pg`` is the ``torch.distributed`` process group, or ``None`` for a simulated group (no
+    ``pg`` is the ``torch.distributed`` process group, or ``None`` for a stand-in group (no
     processes: collectives are refused unless the group has a single rank).
     """
 
@@ -45,7 +45,8 @@ class TPGroup:
             )
 
     @property
-    def simulated(self) -> bool:
+    def stand_in(self) -> bool:
+        """Does this group stand in for a rank without processes (``stand_in_group``)?"""
         return self.pg is None
 
     def _check_real(self, what: str) -> bool:
@@ -54,7 +55,7 @@ class TPGroup:
             return False
         if self.pg is None:
             raise TensorParallelError(
-                f"{what} needs the other {self.world_size - 1} ranks, but this group is simulated "
+                f"{what} needs the other {self.world_size - 1} ranks, but this group is a stand-in "
                 f"(rank {self.rank} of {self.world_size}, no processes): run it with "
                 "loadkit.executor.launcher.run_tensor_parallel"
             )
@@ -84,7 +85,7 @@ _CURRENT: ContextVar[TPGroup | None] = ContextVar("loadkit_tp_group", default=No
 def use_group(group: TPGroup) -> Iterator[TPGroup]:
     """Make ``group`` the current tensor-parallel group inside the ``with`` block.
 
-    >>> with use_group(simulated_group(1, 2)):
+    >>> with use_group(stand_in_group(1, 2)):
     ...     get_tensor_model_parallel_rank()
     1
     """
@@ -95,7 +96,7 @@ def use_group(group: TPGroup) -> Iterator[TPGroup]:
         _CURRENT.reset(token)
 
 
-def simulated_group(rank: int, world_size: int) -> TPGroup:
+def stand_in_group(rank: int, world_size: int) -> TPGroup:
     """Rank ``rank`` of ``world_size`` without processes: for building and loading on meta."""
     return TPGroup(rank, world_size)
 

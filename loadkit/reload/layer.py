@@ -21,7 +21,12 @@ from torch import nn
 
 from loadkit.loading.counting import Padding, get_tensor_load_numel
 from loadkit.loading.meta import T
-from loadkit.loading.weight_loaders import WeightLoader, loader_of, set_weight_attrs
+from loadkit.loading.weight_loaders import (
+    WeightLoader,
+    default_weight_loader,
+    loader_of,
+    set_weight_attrs,
+)
 from loadkit.terms import Behaviour
 
 _MISSING = object()  # a tensor that had no weight_loader attribute of its own
@@ -192,7 +197,7 @@ class LayerReload:
         params = self.module._parameters
         for pname, recorded in self.recorded.items():
             live = self.live[pname]
-            loader = original_loader(recorded)
+            loader = self.loaders.get(pname) or original_loader(recorded)
             self.loaders[pname] = loader
             self.caps[pname] = get_tensor_load_numel(recorded, self.padding)
             self.slots[pname] = params if pname in params else self.module._buffers
@@ -211,6 +216,9 @@ class LayerReload:
 
     def finalise(self, arena: ScratchArena | None = None) -> None:
         """Materialise (filled), replay the buffered loads, copy back into the live storage."""
+        if all(self.loaders[pname] is default_weight_loader for pname, _, _ in self.loads):
+            self.finalise_in_place()
+            return
         device = self.device
         regions = arena.take(self.recorded, device) if arena is not None and device else {}
         try:
@@ -226,6 +234,27 @@ class LayerReload:
             self.finalised = True
             if regions:
                 arena.release()  # type: ignore[union-attr]
+
+    def finalise_in_place(self) -> None:
+        """``finalise`` for a layer whose every load is ``default_weight_loader``'s: the same
+        bytes, written straight into the live tensors. Each such load copies its whole tensor
+        (a later one over an earlier one, as on a fresh tensor), loads nothing else and looks
+        nothing up, so a fresh copy would only be copied back; a tensor no load reached takes
+        the fill (a non-persistent buffer keeps its values, as in ``copy_back``)."""
+        loaded = set()
+        try:
+            with torch.no_grad():
+                for pname, args, kwargs in self.loads:
+                    default_weight_loader(self.live[pname], *args, **kwargs)
+                    loaded.add(pname)
+                skip = self.module._non_persistent_buffers_set
+                for pname, live in self.live.items():
+                    if pname not in loaded and pname not in skip:
+                        fill_(live, self.fill)
+        finally:
+            self._put(self.live)
+            self.loads.clear()
+            self.finalised = True
 
     def materialise(self, regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         fresh = {}

@@ -80,6 +80,7 @@ __all__ = [
 ]
 
 _META_ATTR = "_loadkit_reload_meta"  # on each layer: {param name: meta tensor}
+_LOADERS_ATTR = "_loadkit_reload_loaders"  # on each layer: {name: (its loader, first argument)}
 _STATE_ATTR = "_loadkit_reload"  # on each layer while a reload is open: LayerReload
 _SESSION_ATTR = "_loadkit_reload_session"  # on the model: the current or last _Session
 
@@ -131,13 +132,25 @@ class _Session:
 
 
 def _layers(model: nn.Module) -> list[tuple[str, nn.Module, dict[str, torch.Tensor]]]:
-    """Every module with direct parameters or buffers, with those tensors (parameters first)."""
+    """Every module with direct parameters or buffers, with those tensors (parameters first),
+    in ``named_modules()``'s order and under its names (walked here: every reload walks it)."""
     out = []
-    for name, module in model.named_modules():
-        tensors = {n: p for n, p in module._parameters.items() if p is not None}
-        tensors.update((n, b) for n, b in module._buffers.items() if b is not None)
+    seen: set[int] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        name, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        tensors: dict[str, torch.Tensor] = {
+            n: p for n, p in module._parameters.items() if p is not None
+        }
+        if module._buffers:
+            tensors.update((n, b) for n, b in module._buffers.items() if b is not None)
         if tensors:
             out.append((name, module, tensors))
+        prefix = f"{name}." if name else ""
+        stack.extend((prefix + n, c) for n, c in reversed(module._modules.items()) if c is not None)
     return out
 
 
@@ -162,14 +175,17 @@ def record_metadata_for_reloading(model: nn.Module) -> None:
             f"{type(model).__name__}: a reload is open; call finalize_layerwise_reload first"
         )
     for _, module, tensors in _layers(model):
-        metas = {}
+        metas, loaders = {}, {}
         for n, t in tensors.items():
             meta = to_meta(t)
             meta.__dict__.pop("weight_loader", None)  # the live tensor's own, unwrapped, below
             if "weight_loader" in t.__dict__:
                 meta.__dict__["weight_loader"] = original_loader(t)
             metas[n] = meta
+            loader = original_loader(meta)
+            loaders[n] = (loader, first_argument(loader))
         setattr(module, _META_ATTR, metas)
+        setattr(module, _LOADERS_ATTR, loaders)
 
 
 def max_layer_reload_bytes(model: nn.Module) -> int:
@@ -213,7 +229,7 @@ def _check_layer(name: str, module: nn.Module, params: dict[str, torch.Tensor]) 
                 f"{label} tensor '{pname}' has shape {list(p.shape)} but shape "
                 f"{list(recorded[pname].shape)} was recorded: it cannot be copied back"
             )
-        first = first_argument(original_loader(recorded[pname]))
+        first = module.__dict__[_LOADERS_ATTR][pname][1]
         if first != "param":
             raise ReloadStateError(
                 f"{label} tensor '{pname}': its weight_loader's first argument is "
@@ -293,6 +309,7 @@ def initialize_layerwise_reload(
 
     for (name, module, params), rec in zip(layers, recorded, strict=True):
         state = LayerReload(name, module, behaviour, padding, fill, rec, params)
+        state.loaders = {n: loader for n, (loader, _) in module.__dict__[_LOADERS_ATTR].items()}
         state.open(wrap)
         module.__dict__[_STATE_ATTR] = state
         session.layers.append(state)

@@ -39,7 +39,7 @@ from loadkit_inspect.options import LoadRules
 from loadkit_inspect.progress import Count
 from loadkit_inspect.report.records import LoadReport
 from loadkit_inspect.simulate.outcome import assemble, model_summary
-from loadkit_inspect.simulate.run import simulate
+from loadkit_inspect.simulate.run import run_passes
 
 __all__ = ["DryLoad", "dry_load", "model_summary"]
 
@@ -89,7 +89,7 @@ def dry_load(
     model = meta_copy(model)
     forget_parts(model)  # the shards and experts an earlier load recorded
     tensors = loadable_tensors(model)
-    sim = simulate(
+    sim = run_passes(
         model,
         infos,
         mapper=mapper,

@@ -109,7 +109,7 @@ class _Exclusions:
             self.unexpected[key] = Unexpected(key, key_mapped or culprit, message)
 
 
-def simulate(
+def run_passes(
     model: nn.Module,
     infos: Sequence[TensorInfo],
     *,

@@ -1,6 +1,6 @@
 """``loadkit inspect --tp N``: every rank's share computed on the meta device, without processes.
 
-``share`` (one rank's share: the model built in a simulated group and loaded with meta tensors),
+``share`` (one rank's share: the model built in a stand-in group and loaded with meta tensors),
 ``rowmap`` (which checkpoint rows each rank takes, as a table), ``plan`` (the report's ``--tp``
 section). Imports torch, like ``simulate``, and only when ``--tp`` is given.
 """

@@ -1,6 +1,6 @@
 """``loadkit inspect --tp N``: what each of ``N`` ranks would hold, and what cannot work.
 
-Header-only: every rank's model is built on the meta device inside a simulated group and loaded
+Header-only: every rank's model is built on the meta device inside a stand-in group and loaded
 with meta tensors (``share``), so the plan is what the real loaders would do.
 A model may also say up front what ``tp`` does to it (``config.verify_tensor_parallel(tp)``:
 heads or intermediate size not divisible, kv heads replicated, vocabulary padded); otherwise the
@@ -19,7 +19,7 @@ from loadkit.checkpoint import TensorInfo
 from loadkit.errors import LoadkitError
 from loadkit.parallel import size_findings
 from loadkit_inspect.tensor_parallel.rowmap import RowMapEntry, render_row_map, row_map
-from loadkit_inspect.tensor_parallel.share import RankShare, simulate_rank
+from loadkit_inspect.tensor_parallel.share import RankShare, dry_load_rank
 
 REFUSED_BY_CONFIG = "attention heads"  # the one tp check vLLM makes on the config itself
 
@@ -167,14 +167,14 @@ def tp_report(
     build: Callable[[], nn.Module],
     tp: int,
 ) -> TPReport:
-    """Simulate every rank of ``tp`` (``build()`` runs inside each rank's simulated group)."""
-    from loadkit.parallel import simulated_group, use_group
+    """Dry-load every rank of ``tp`` (``build()`` runs inside each rank's stand-in group)."""
+    from loadkit.parallel import stand_in_group, use_group
 
     report = TPReport(tp)
     if tp < 1:
         report.findings.append(TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}"))
         return report
-    with use_group(simulated_group(0, 1)):
+    with use_group(stand_in_group(0, 1)):
         model = build()
         findings = _findings(model, tp)
     parallel = _has_parallel_layers(model)
@@ -197,7 +197,7 @@ def tp_report(
     if not report.ok:
         return report  # vLLM refuses this split before any weight is loaded
     try:
-        report.ranks = [simulate_rank(tensors, r, tp, build) for r in range(tp)]
+        report.ranks = [dry_load_rank(tensors, r, tp, build) for r in range(tp)]
     except LoadkitError as exc:  # building failed: a size that does not split
         report.findings.append(TPFindingRecord("error", "model", str(exc)))
         report.ranks = []

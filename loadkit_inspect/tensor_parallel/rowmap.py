@@ -1,6 +1,6 @@
 """Per-rank row maps: for each checkpoint key, which of its rows (or columns) each rank took.
 
-Built from ``CopyRecord``s, of real ranks (``RankResult.records``) or simulated ones
+Built from ``CopyRecord``s, of real ranks (``RankResult.records``) or dry-loaded ones
 (``RankShare.records``), so the same table shows a real run and a header-only plan.
 """
 

@@ -1,6 +1,6 @@
 """One rank's share of a checkpoint, computed on the meta device without any process.
 
-The model is built for rank ``r`` of ``tp`` inside a simulated group, on ``torch.device("meta")``
+The model is built for rank ``r`` of ``tp`` inside a stand-in group, on ``torch.device("meta")``
 (no memory), and loaded with meta tensors of the checkpoint's shapes and dtypes, read from its
 header, in stream order. The real loaders run; ``HoldingsRecorder`` reads the rows they take from
 the views' geometry, which meta tensors keep. So the share agrees with a real multi-process load
@@ -20,7 +20,7 @@ from torch import nn
 from loadkit.checkpoint import TensorInfo, open_checkpoint
 from loadkit.errors import LoadkitError
 from loadkit.loading import meta_tensor
-from loadkit.parallel import CopyRecord, HoldingsRecorder, simulated_group, use_group
+from loadkit.parallel import CopyRecord, HoldingsRecorder, stand_in_group, use_group
 
 Tensors = Mapping[str, TensorInfo]
 # Builds the model to share out from the checkpoint's header; called inside each rank's group.
@@ -62,21 +62,21 @@ def _load(model: nn.Module, weights: Any) -> None:
         AutoWeightsLoader(model).load_weights(weights)
 
 
-def simulate_rank(
+def dry_load_rank(
     tensors: Tensors, rank: int, tp: int, build: Callable[[], nn.Module]
 ) -> RankShare:
-    """Rank ``rank``'s share: ``build()`` runs inside the simulated group, on meta.
+    """Rank ``rank``'s share: ``build()`` runs inside the stand-in group, on meta.
 
     >>> from loadkit.models.llama import LlamaLikeConfig, checkpoint_layout, model_from_checkpoint
     >>> from loadkit.checkpoint import TensorInfo
     >>> layout = checkpoint_layout(LlamaLikeConfig())
     >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in layout}
-    >>> share = simulate_rank(header, 3, 4, lambda: model_from_checkpoint(header))
+    >>> share = dry_load_rank(header, 3, 4, lambda: model_from_checkpoint(header))
     >>> share.params["model.embed_tokens.weight"][0]   # 128 padded rows / 4 ranks
     (32, 32)
     """
     share = RankShare(rank, tp)
-    with torch.device("meta"), use_group(simulated_group(rank, tp)):
+    with torch.device("meta"), use_group(stand_in_group(rank, tp)):
         model = build()
         for name, p in model.named_parameters():
             share.params[name] = (tuple(p.shape), p.numel() * p.element_size())
@@ -95,13 +95,13 @@ def _tensors(checkpoint: str | os.PathLike[str] | Tensors) -> Tensors:
     return checkpoint if isinstance(checkpoint, Mapping) else open_checkpoint(checkpoint).tensors
 
 
-def simulate_shares(
+def dry_load_ranks(
     checkpoint: str | os.PathLike[str] | Tensors, tp: int, model: ModelBuilder
 ) -> list[RankShare]:
     """Every rank's share of ``checkpoint`` (a path or its header's tensors) over ``tp`` ranks,
     ``model(tensors)`` built for each rank."""
     tensors = _tensors(checkpoint)
-    return [simulate_rank(tensors, r, tp, lambda: model(tensors)) for r in range(tp)]
+    return [dry_load_rank(tensors, r, tp, lambda: model(tensors)) for r in range(tp)]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def memory_plan(
     for t in (1, max(tp, 2)):
         per_rank = []
         for r in range(t):
-            with torch.device("meta"), use_group(simulated_group(r, t)):
+            with torch.device("meta"), use_group(stand_in_group(r, t)):
                 built = model(tensors)
             per_rank.append({n: p.numel() * p.element_size() for n, p in built.named_parameters()})
         sizes.append(per_rank)

@@ -315,11 +315,14 @@ def _verdict(report: InspectReport) -> str:
     if report.clean is None or report.model is None:
         return "header only (no model)"
 
-    def said(clean: bool) -> str:
-        return "loads cleanly" if clean else "would NOT load"
+    def said(clean: bool, outcome: str = "") -> str:
+        if clean:
+            return "loads cleanly"
+        # transformers' own outcomes: it returns the model with warnings, or raises
+        return {"warns": "loads with warnings", "raises": "raises"}.get(outcome, "would NOT load")
 
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
-        each = ", ".join(f"{v.label}: {said(v.clean)}" for v in report.loaders.values())
+        each = ", ".join(f"{v.label}: {said(v.clean, v.outcome)}" for v in report.loaders.values())
         return f"{report.model.cls}, {each} (colours: the vllm load)"
     return f"{_label(report)}{said(bool(report.clean))} into {report.model.cls}"
 

@@ -109,8 +109,10 @@ def test_json_has_both_columns(hf_clean, capsys):
         "loader": "transformers",
         "version": version("transformers"),
         "clean": True,
+        "outcome": "loads",
         "problems": [],
     }
+    assert doc["transformers"]["outcome"] == "loads" and doc["transformers"]["error"] is None
     assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias", UNTIED]
     assert doc["transformers"]["class"] == "BartForConditionalGeneration"
     assert doc["transformers"]["missing"] == [] and doc["clean"] is False
@@ -143,9 +145,10 @@ def test_a_class_transformers_lacks_is_that_loaders_verdict_only(hf_clean, tmp_p
     assert not report.loaders["vllm"].checked and not report.loaders["transformers"].clean
 
     assert report.loaders["transformers"].problems == [
-        f"transformers {version('transformers')} has no model class 'MyLlamaForCausalLM' (the "
-        "config's architectures[0])"
+        f"AttributeError: transformers {version('transformers')} has no model class "
+        "'MyLlamaForCausalLM' (the config's architectures[0])"
     ]
+    assert report.loaders["transformers"].outcome == "raises"
     assert "remote code for MyLlamaForCausalLM" in report.loaders["vllm"].phrase()
     assert report.exit_status == 1 and report.selected_loaders == ("transformers",)
     with pytest.raises(LoadkitError, match="--loader vllm: no verdict: vLLM 0.34.0 would run"):

@@ -173,8 +173,8 @@ class LlamaForCausalLM(nn.Module):
     keyword (vllm-gguf-plugin #103). ``kv_behaviour="old"``: kv shards without replication (vLLM
     before #2379).
 
-    >>> from loadkit.parallel import simulated_group, use_group
-    >>> with torch.device("meta"), use_group(simulated_group(0, 2)):
+    >>> from loadkit.parallel import stand_in_group, use_group
+    >>> with torch.device("meta"), use_group(stand_in_group(0, 2)):
     ...     model = LlamaForCausalLM(LlamaLikeConfig())
     >>> tuple(model.model.layers[0].self_attn.qkv_proj.weight.shape)  # 4 q + 1 k + 1 v heads of 8
     (48, 32)
@@ -222,10 +222,10 @@ def model_from_checkpoint(
     caller picks the Llama-like one (a module-level function, so it crosses to rank processes).
 
     >>> from loadkit.models.llama.checkpoint import checkpoint_layout
-    >>> from loadkit.parallel import simulated_group, use_group
+    >>> from loadkit.parallel import stand_in_group, use_group
     >>> layout = checkpoint_layout(LlamaLikeConfig())
     >>> header = {n: TensorInfo(n, "F32", s, 0, "x", 0) for n, s in layout}
-    >>> with torch.device("meta"), use_group(simulated_group(1, 2)):
+    >>> with torch.device("meta"), use_group(stand_in_group(1, 2)):
     ...     model = model_from_checkpoint(header, kv_behaviour="old")
     >>> model.model.layers[0].self_attn.qkv_proj.kv_behaviour, model.tp_rank
     ('old', 1)

@@ -35,6 +35,12 @@ CLASSES: dict[str, str] = {
     "Qwen3ForCausalLM": "loadkit.models.native.qwen2:Qwen3ForCausalLM",
     "Gemma2ForCausalLM": "loadkit.models.native.gemma:Gemma2ForCausalLM",
     "Gemma3ForCausalLM": "loadkit.models.native.gemma:Gemma3ForCausalLM",
+    "DeepseekV2ForCausalLM": "loadkit.models.native.deepseek:DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM": "loadkit.models.native.deepseek:DeepseekV3ForCausalLM",
+    "GptOssForCausalLM": "loadkit.models.native.gpt_oss:GptOssForCausalLM",
+    "Qwen2_5_VLForConditionalGeneration": (
+        "loadkit.models.native.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration"
+    ),
     "MixtralForCausalLM": "loadkit.models.native.moe:MixtralForCausalLM",
     "Qwen2MoeForCausalLM": "loadkit.models.native.moe:Qwen2MoeForCausalLM",
     "Qwen3MoeForCausalLM": "loadkit.models.native.moe:Qwen3MoeForCausalLM",

@@ -78,3 +78,24 @@ def test_get_numel_loaded_rejects_unknown_behaviour():
     p = torch.nn.Parameter(torch.zeros(1))
     with pytest.raises(LoadkitError, match="behaviour must be 'old' or 'new'"):
         get_numel_loaded(default_weight_loader, _bind(default_weight_loader, p, p), behaviour="x")
+
+
+@pytest.mark.parametrize(
+    ("shape", "loaded"),
+    [((3, 4), (3, 4)), ((), ()), ((1,), ()), ((), (1,)), ((2, 1, 5), (2, 1, 5)), ((0, 3), (0, 3))],
+)
+def test_default_loader_counted_without_the_mode_counts_what_the_mode_sees(shape, loaded):
+    from loadkit.loading.counting import count_copies
+
+    for device in ("cpu", "meta"):
+        param = torch.nn.Parameter(torch.zeros(shape, device=device), requires_grad=False)
+        weight = torch.ones(loaded)
+        with CopyCounter() as c:
+            default_weight_loader(param, weight)
+        assert c.count == 1
+        assert count_copies(default_weight_loader, param, (weight,), {}, None) == (
+            c.copied_numel,
+            None,
+        )
+    with pytest.raises(LoadkitError):  # a shape that does not fit raises, counted or not
+        count_copies(default_weight_loader, torch.zeros(2), (torch.zeros(3),), {}, None)

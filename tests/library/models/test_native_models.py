@@ -20,13 +20,33 @@ def native_clean(tmp_path_factory, quiet_transformers):
     return clean_checkpoints(tmp_path_factory.mktemp("native"))
 
 
+def gpt_oss_expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
+    """gpt-oss: the embedding and attention renamed, experts saved ``[experts, in, out]``."""
+    hf = name.replace(".attn.", ".self_attn.").replace("embedding.", "embed_tokens.")
+    hf = hf.replace("experts.routed_experts.", "experts.")
+    for ours, theirs in (("w13_weight", "gate_up_proj"), ("w2_weight", "down_proj")):
+        if hf.endswith(ours):
+            return t[hf.replace(ours, theirs)].transpose(1, 2)
+    hf = hf.replace("w13_bias", "gate_up_proj_bias").replace("w2_bias", "down_proj_bias")
+    return expected(hf, t) if hf not in t else t[hf]
+
+
+def qwen2_5_vl_expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Qwen2.5-VL: the language model under ``model.`` and ``lm_head`` in the checkpoint."""
+    hf = name.replace("language_model.model.", "model.").replace(
+        "language_model.lm_head", "lm_head"
+    )
+    return expected(hf, t)
+
+
 def expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
     """The checkpoint tensor(s) a vLLM parameter holds, in vLLM's packing order: q, k, v;
     gate, up; per expert gate over up (``w13``) and down (``w2``)."""
     if ".routed_experts." in name:
         return _experts(name, t)
     for packed, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")),
-                          ("gate_up_proj", ("gate_proj", "up_proj"))):  # fmt: skip
+                          ("gate_up_proj", ("gate_proj", "up_proj")),
+                          ("fused_qkv_a_proj", ("q_a_proj", "kv_a_proj_with_mqa"))):  # fmt: skip
         if f".{packed}." in name and name not in t:
             return torch.cat([t[name.replace(packed, p)] for p in parts])
     return t[name]
@@ -59,9 +79,10 @@ def test_a_real_load_puts_every_checkpoint_tensor_where_vllm_puts_it(arch, nativ
         p.data.fill_(float("nan"))  # what no load reaches stays NaN
     loaded = model.load_weights(t.items())
     assert track_weights_loading(model, loaded) == ([], [])
+    wanted = {"gpt-oss": gpt_oss_expected, "qwen2.5-vl": qwen2_5_vl_expected}.get(arch, expected)
     for name, param in model.named_parameters():
         assert not param.isnan().any(), name
-        assert torch.equal(param, expected(name, t)), name
+        assert torch.equal(param, wanted(name, t)), name
     if config.tie_word_embeddings and hasattr(model, "lm_head"):  # Gemma 2 has none
         assert model.lm_head.weight is model.model.embed_tokens.weight
 

@@ -32,7 +32,7 @@ from loadkit.models.llama import (
     write_checkpoint,
 )
 from loadkit.parallel.state import TensorParallelError
-from loadkit_inspect.tensor_parallel.share import memory_plan, simulate_shares
+from loadkit_inspect.tensor_parallel.share import dry_load_ranks, memory_plan
 
 pytestmark = pytest.mark.slow  # real rank processes
 
@@ -145,7 +145,7 @@ def test_split_layers_sum_to_tp1_and_replicated_layers_repeat(runs, tp):
 def test_meta_share_without_processes_matches_the_real_ranks(runs, checkpoint, tp):
     for job in JOBS:
         real = runs[tp][job.name]
-        shares = simulate_shares(checkpoint, tp, functools.partial(job.build, LLAMA))
+        shares = dry_load_ranks(checkpoint, tp, functools.partial(job.build, LLAMA))
         for r, share in enumerate(shares):
             assert share.records == real.ranks[r].records, (job.name, r)
             assert share.loaded_per_layer == real.ranks[r].loaded_per_layer

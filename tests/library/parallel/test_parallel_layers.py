@@ -22,7 +22,7 @@ from loadkit.parallel import (
     TensorParallelError,
     VocabParallelEmbedding,
     pad_vocab_size,
-    simulated_group,
+    stand_in_group,
     use_group,
     vocab_shard,
 )
@@ -39,12 +39,12 @@ def held(param: torch.Tensor) -> list[int]:
 
 
 def build(cls, rank: int, tp: int, *args, **kwargs):
-    with use_group(simulated_group(rank, tp)):
+    with use_group(stand_in_group(rank, tp)):
         return cls(*args, **kwargs)
 
 
 def load(layer, param, weight, shard_id=None, rank=None, tp=None):
-    with use_group(simulated_group(layer.tp_rank if rank is None else rank, tp or layer.tp_size)):
+    with use_group(stand_in_group(layer.tp_rank if rank is None else rank, tp or layer.tp_size)):
         if shard_id is None:
             param.weight_loader(param, weight)
         else:
@@ -187,11 +187,11 @@ def test_outside_a_group_one_rank_and_loaders_check_the_group_size():
         load(layer, layer.weight, rows_of(6, 4), rank=0, tp=4)
 
 
-def test_simulated_group_refuses_collectives_with_other_ranks():
+def test_a_stand_in_group_refuses_collectives_with_other_ranks():
     x = torch.ones(2)
-    with use_group(simulated_group(0, 1)) as g:
+    with use_group(stand_in_group(0, 1)) as g:
         assert g.all_reduce(x) is x and g.all_gather(x) is x
-    with pytest.raises(TensorParallelError, match="simulated"):
-        simulated_group(1, 2).all_reduce(x)
+    with pytest.raises(TensorParallelError, match="this group is a stand-in"):
+        stand_in_group(1, 2).all_reduce(x)
     with pytest.raises(TensorParallelError, match="outside a group of 2"):
-        simulated_group(2, 2)
+        stand_in_group(2, 2)

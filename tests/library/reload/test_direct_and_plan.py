@@ -23,7 +23,7 @@ from loadkit import (
 )
 from loadkit.errors import DirectReloadError, LoadPlanError
 from loadkit.models import gemma4, llama, nemotron_h, padded_moe, plamo2, vision_tower
-from loadkit.parallel import simulated_group, use_group
+from loadkit.parallel import stand_in_group, use_group
 from loadkit.reload import (
     ParamMeta,
     finish_reload,
@@ -58,7 +58,7 @@ def _llama(rank: int) -> Case:
     return Case(
         lambda: llama.LlamaForCausalLM(config),
         lambda seed: list(llama.make_checkpoint(config, seed).items()),
-        lambda: use_group(simulated_group(rank, 2)),  # built and loaded as rank ``rank``
+        lambda: use_group(stand_in_group(rank, 2)),  # built and loaded as rank ``rank``
     )
 
 
@@ -395,3 +395,48 @@ def test_a_trace_has_no_data_and_remembers_its_views():
     assert part.geom is not None and part.geom.storage_offset() == 1
     assert (part.key, part.shape) == ("w", torch.Size((2, 4)))
     assert trace.is_meta and part.is_meta  # no data anywhere
+
+
+# --- vLLM's native classes (loadkit.models.native), on checkpoints transformers wrote ------------
+
+
+@pytest.fixture(scope="module")
+def native_clean(tmp_path_factory, quiet_transformers):
+    pytest.importorskip("transformers")
+    from native_cases import clean_checkpoints
+
+    return clean_checkpoints(tmp_path_factory.mktemp("native"))
+
+
+def _native_case(arch: str, native_clean) -> Case:
+    """The native class vLLM 0.34.0 uses for ``arch``; the seed-0 checkpoint is the one
+    transformers wrote, a later seed the same tensors times ``seed + 1`` (exact)."""
+    from native_cases import ARCHS, read_tensors
+
+    from loadkit.models.native import native_class
+    from loadkit.models.transformers.config import load_config
+
+    folder = native_clean(arch)
+    tensors = read_tensors(folder)
+    config, _ = load_config(folder)
+    cls = native_class(ARCHS[arch].vllm_class or ARCHS[arch].cls)
+
+    def checkpoint(seed: int) -> Weights:
+        return [(n, t * (seed + 1) if t.is_floating_point() else t) for n, t in tensors.items()]
+
+    return Case(lambda: cls(config), checkpoint)
+
+
+def _native_archs() -> list[str]:
+    try:
+        from native_cases import ARCHS
+    except ImportError:  # no transformers: the cases cannot be written
+        return []
+    return sorted(ARCHS)
+
+
+@pytest.mark.parametrize("arch", _native_archs())
+def test_native_classes_reload_directly_and_by_plan_as_the_untraced_path(arch, native_clean):
+    build, checkpoint, _ = _native_case(arch, native_clean)
+    _direct_equals_both(build, checkpoint)
+    _planned_equals_untraced(build, checkpoint)

@@ -490,3 +490,31 @@ def test_max_layer_reload_bytes_is_the_largest_recorded_layer():
     assert max_layer_reload_bytes(model) == 0  # nothing recorded yet
     record_metadata_for_reloading(model)
     assert max_layer_reload_bytes(model) == (64 + 8) * 2  # the bfloat16 Linear: 144 bytes
+
+
+@pytest.mark.parametrize("fill", ["zero", "nan", "stale"])
+def test_a_layer_of_plain_loads_is_finalised_in_place_with_the_same_bytes(fill):
+    """Every load default_weight_loader's: replayed into the live tensors (no fresh copy); the
+    bytes are those of materialise, replay, copy back (the Mixer's composed A takes that path)."""
+    plain = torch.nn.Linear(1, 8)  # a total of 8 + 8 + 2: two weight loads do not reach it
+    plain.register_buffer("cache", torch.full((2,), 4.0), persistent=False)
+    general = torch.nn.Linear(1, 8)
+    general.register_buffer("cache", torch.full((2,), 4.0), persistent=False)
+    general.weight.weight_loader = lambda param, loaded_weight: param.data.copy_(loaded_weight)
+    results = []
+    for layer in (plain, general):
+        pointers = {n: t.data_ptr() for n, t in [*layer.named_parameters(), *layer.named_buffers()]}
+        record_metadata_for_reloading(layer)
+        initialize_layerwise_reload(layer, fill=fill)
+        for w in (torch.full((8, 1), 1.0), torch.full((8, 1), 2.0)):  # the later load wins
+            layer.weight.weight_loader(layer.weight, w)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert finalize_layerwise_reload(layer) == [""]  # no bias: partly loaded
+        after = {n: t.data_ptr() for n, t in [*layer.named_parameters(), *layer.named_buffers()]}
+        assert after == pointers
+        results.append([layer.weight.detach().clone(), layer.bias.detach().clone(), layer.cache])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b) or (a.isnan().all() and b.isnan().all())
+    assert torch.equal(plain.weight, torch.full((8, 1), 2.0))
+    assert torch.equal(plain.cache, torch.full((2,), 4.0))  # not loaded, non-persistent: kept

@@ -127,10 +127,10 @@ def test_render_row_map_marks_failed_ranks():
     from loadkit.executor.results import Job
     from loadkit.models.llama import model_from_checkpoint
     from loadkit_inspect.tensor_parallel.rowmap import row_map
-    from loadkit_inspect.tensor_parallel.share import simulate_shares
+    from loadkit_inspect.tensor_parallel.share import dry_load_ranks
 
     job = Job.for_bug("kv-replication", "old")
-    shares = simulate_shares(CK, 4, functools.partial(job.build, model_from_checkpoint))
+    shares = dry_load_ranks(CK, 4, functools.partial(job.build, model_from_checkpoint))
     assert [s.error is not None for s in shares] == [False, False, True, True]
     text = render_row_map(
         row_map([s.records for s in shares]), failed={2: shares[2].error, 3: shares[3].error}

@@ -418,3 +418,18 @@ def test_direct_reload_refusals_are_loadkit_errors(up34):
             begin(m)
         assert isinstance(caught.value, RuntimeError) == (begin is not begin_direct_reload)
     assert isinstance(caught.value, DirectReloadError) and isinstance(caught.value, ValueError)
+
+
+def test_a_tuple_shard_id_is_refused(up):
+    # vLLM 0.34.0's merged layers take a tuple of consecutive shard ids (one tensor spanning
+    # several shards); loadkit's merged loader loads one shard, or all of them (None)
+    from loadkit.errors import ShardIdError
+    from loadkit.parallel import MergedColumnParallelLinear
+    from upstream.test_shard_tracking_upstream import _twin
+
+    ours = MergedColumnParallelLinear(4, [4, 4, 4], bias=False)
+    theirs = _twin(up, ours)
+    assert theirs.validate_shard_id((0, 1), ours.weight)
+    assert theirs.pop_missing_shards() == ["weight.2"]
+    with pytest.raises(ShardIdError, match=r"shard id \(0, 1\) is not one of 0, 1, 2"):
+        ours.validate_shard_id((0, 1), ours.weight)

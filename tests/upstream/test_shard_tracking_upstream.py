@@ -24,7 +24,7 @@ from torch import nn
 
 from loadkit.errors import ShardIdError
 from loadkit.parallel import MergedColumnParallelLinear, QKVParallelLinear
-from loadkit.parallel.state import simulated_group, use_group
+from loadkit.parallel.state import stand_in_group, use_group
 from upstream.common import PROPERTY, Difference, record, run
 from upstream.harness import _compile
 
@@ -87,7 +87,7 @@ def layers(draw):
     tp = draw(st.sampled_from([1, 2, 4]))
     rank = draw(st.integers(0, tp - 1))
     bias = draw(st.booleans())
-    with use_group(simulated_group(rank, tp)):
+    with use_group(stand_in_group(rank, tp)):
         if draw(st.booleans()):
             sizes = draw(st.lists(st.sampled_from([4, 8, 12]), min_size=2, max_size=3))
             return MergedColumnParallelLinear(4, sizes, bias=bias, params_dtype=torch.float32)
@@ -147,7 +147,7 @@ def test_shard_tracking_like_upstream(up, data):
 def test_the_harness_runs_the_wheels_methods(up):
     cls = upstream_layers(up)["StackedColumnParallelLinear"]
     assert cls.pop_missing_shards.__code__.co_filename.endswith("layers/linear.py")
-    with use_group(simulated_group(1, 2)):
+    with use_group(stand_in_group(1, 2)):
         layer = QKVParallelLinear(8, 2, 4, 2, bias=False, params_dtype=torch.float32)
     twin = _twin(up, layer)
     twin.validate_shard_id("q", layer.weight)

@@ -8,7 +8,7 @@ from importlib.metadata import version
 import pytest
 from notebook_code import notebook_namespace
 
-from loadkit import open_checkpoint
+from loadkit import AutoWeightsLoader, open_checkpoint
 from loadkit.errors import CheckpointError
 from loadkit.terms import VLLM_VERSION
 from loadkit_inspect.inspector import inspect_checkpoint
@@ -234,11 +234,14 @@ def test_tour_steps(in_notebooks, tmp_path):
     assert "names in common: none" in side
     traces = tour.trace_table(model.hf_to_vllm_mapper, list(ck.tensors))
     assert "-> DROPPED" in traces and "[shard 'k']" in traces
-    walk = tour.walk_picture(model.hf_to_vllm_mapper, list(ck.tensors), skip_prefixes=["lm_head."])
+    aliases = AutoWeightsLoader(model).aliased_params  # the tied lm_head.weight
+    walk = tour.walk_picture(model.hf_to_vllm_mapper, list(ck.tensors), skipped=aliases)
     assert walk.splitlines()[0] == "model  (11 names)" and "qkv_proj  (3 names)" in walk
     # what the loader skips never enters the walk: not drawn as walked, said after the tree
     assert "\nlm_head" not in walk
-    assert walk.splitlines()[-1] == "(skipped before the walk, by skip_prefixes: lm_head.weight)"
+    assert walk.splitlines()[-1] == (
+        "(skipped before the walk, tied-embedding aliases: lm_head.weight)"
+    )
     head = tour.journey("lm_head.weight", ck, model, ledger)
     assert "walk        none: lm_head.weight is skipped before the walk" in head
     assert " -> weight" not in head

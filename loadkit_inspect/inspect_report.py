@@ -144,9 +144,8 @@ class InspectReport:
         out = []
         if self.checkpoint.failing:
             n = len(self.checkpoint.failing)
-            out.append(
-                f"{plural(n, 'index problem')} that {'stops' if n == 1 else 'stop'} the load"
-            )
+            what = "index problem" if self.checkpoint.index else "file problem"
+            out.append(f"{plural(n, what)} that {'stops' if n == 1 else 'stop'} the load")
         if self._strict_fails:
             n = len(self.checkpoint.inconsistent)
             out.append(
@@ -206,8 +205,8 @@ class InspectReport:
             lines += ["", *self._load_lines(limit, "vllm loader: " if head is not None else "")]
         if self.from_pretrained is not None:
             verdict = (self.loaders or {}).get("transformers")
-            problems = verdict.problems if verdict is not None else None
-            lines += ["", *self.from_pretrained.render(limit, problems)]
+            said = verdict.phrase() if verdict is not None else None
+            lines += ["", *self.from_pretrained.render(limit, said)]
         if self.tensor_parallel is not None:
             lines += ["", *(printable(line) for line in self.tensor_parallel.render(limit))]
         return "\n".join([*lines, "", *self._warnings(), *self._final_verdict(head)])
@@ -268,14 +267,21 @@ class InspectReport:
         index = ""
         if inconsistent and not strict and not self.checkpoint.failing:
             index = (
-                f"; the index is inconsistent ({plural(inconsistent, 'problem')} above, every "
-                "tensor still loads)"
+                f"; the index is inconsistent ({plural(inconsistent, 'problem')} above; loaders "
+                "read the files it names, not its list of keys)"
+                if self.checkpoint.index
+                else f"; the files are inconsistent ({plural(inconsistent, 'problem')} above; "
+                "loaders read every copy of a key, the last one stays)"
             )
         if self.clean is None and (self.checkpoint.failing or strict):
+            disagree = (
+                "the index disagrees with its shards"
+                if self.checkpoint.index
+                else "the files cannot all be read"
+            )
             return [
-                "verdict: the index disagrees with its shards: "
-                f"{joined_problems(self.problems())}; no model given, so names were not matched "
-                "(exit 1)"
+                f"verdict: {disagree}: {joined_problems(self.problems())}; no model given, so "
+                "names were not matched (exit 1)"
             ]
         if self.clean is None:
             return [

@@ -29,13 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from loadkit.checkpoint import (
-    Checkpoint,
-    IndexProblem,
-    TensorInfo,
-    read_safetensors_header,
-    single_file_beside_index,
-)
+from loadkit.checkpoint import Checkpoint, IndexProblem, TensorInfo
 from loadkit.errors import LoadkitError, require_torch
 from loadkit_inspect.inspect_report import InspectReport
 from loadkit_inspect.options import LoadRules, pattern_problem
@@ -54,6 +48,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.report.records import ModelSummary
     from loadkit_inspect.simulate import DryLoad
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
 
@@ -230,7 +225,11 @@ def read_checkpoint(
     progress: Progress | None = None,
 ) -> CheckpointRead:
     """Open ``checkpoint``'s headers: a path (a folder: every index problem collected, the rest
-    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards."""
+    read), a repo id or a URL (``timeout``: seconds per request); ``progress`` counts shards.
+    Each loader's files are chosen as it chooses them; the checkpoint kept is what vLLM reads
+    (the dry load's input), every file counted."""
+    from loadkit_inspect.sources.files import loader_files
+
     problems: list[IndexProblem] = []
     named: Source | None = None
     if isinstance(checkpoint, Checkpoint):
@@ -238,7 +237,28 @@ def read_checkpoint(
     else:
         count = progress.stage("reading headers", "shard") if progress else None
         ck, problems, named = open_source(checkpoint, timeout=timeout, progress=count)
-    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named))
+    choices = loader_files(ck.path, named.kind if named else None, ck.files)
+    held = ck.held
+    ck = _as_vllm_reads(ck, choices.get("vllm"))
+    return CheckpointRead(ck, summarize_checkpoint(ck, problems, named, choices, held))
+
+
+def _as_vllm_reads(ck: Checkpoint, choice: FileChoice | None) -> Checkpoint:
+    """The checkpoint as vLLM reads it, where its files are not the ones read (a
+    ``consolidated*.safetensors`` file selects the Mistral format; numbers in file names sort
+    as numbers): those files, every tensor of each, in its order."""
+    from loadkit.checkpoint import Layout, read_layout, read_safetensors_header
+
+    if choice is None or not choice.files or choice.raises or choice.pickle:
+        return ck
+    if not os.path.isdir(ck.path):  # a file, a URL: what both loaders read
+        return ck
+    paths = [os.path.join(ck.path, f) for f in choice.files]
+    if paths == ck.files:
+        return ck
+    layout = Layout(ck.path, None, dict(zip(choice.files, paths, strict=True)), {}, {})
+    merged = read_layout(layout, read_safetensors_header, strict=False, exists=os.path.lexists)
+    return Checkpoint(ck.path, merged.files, merged.tensors, merged.metadata_text, merged.held)
 
 
 def map_names(
@@ -422,17 +442,16 @@ def judge_loaders(
     side = vllm_side(built.module, loaded)
     selected = select_loaders(loader, available, unchecked=side.unmodelled)
     strict = strict_index
+    files = _vllm_choice(read)
     verdicts = {
-        VLLM: vllm_verdict(loaded.report, read.summary, tp=plan, strict_index=strict, side=side)
+        VLLM: vllm_verdict(
+            loaded.report, read.summary, tp=plan, strict_index=strict, side=side, files=files
+        )
     }
     from_pretrained = None
     if TRANSFORMERS in selected:
-        from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
-
         config = hf_config(built.module)
-        infos, reads = _transformers_reads(read)
-        from_pretrained = from_pretrained_verdict(config, infos).under(rules)
-        from_pretrained = from_pretrained._replace(reads=reads)
+        from_pretrained = _from_pretrained(read, config).under(rules)
         verdicts[TRANSFORMERS] = transformers_verdict(
             from_pretrained, read.summary, strict_index=strict
         )
@@ -440,18 +459,32 @@ def judge_loaders(
     return LoaderVerdicts(loaders, selected, from_pretrained)
 
 
-def _transformers_reads(read: CheckpointRead) -> tuple[list[TensorInfo], str | None]:
-    """The tensors ``from_pretrained`` reads: a folder's ``model.safetensors`` where it has one
-    beside its index (transformers prefers it and never opens the shards), else the
-    checkpoint's; and that file's name, or ``None``."""
-    single = single_file_beside_index(read.checkpoint.path)
-    if single is None:
-        return read.infos, None
-    try:
-        infos, _ = read_safetensors_header(single)
-    except LoadkitError:  # unreadable: from_pretrained fails on it; the index problems say why
-        return read.infos, None
-    return list(infos.values()), single.name
+def _vllm_choice(read: CheckpointRead) -> FileChoice | None:
+    """The files vLLM's default loader reads (``None``: an opened ``Checkpoint``)."""
+    return read.summary.loader_files.get("vllm")
+
+
+def _from_pretrained(read: CheckpointRead, config: Any) -> FromPretrained:
+    """``from_pretrained`` simulated on the files it reads (a folder: chosen as transformers
+    chooses them, the config's ``transformers_weights`` included; a file or a URL: that
+    checkpoint). Where it raises before loading (no file it reads, one it cannot open), the
+    lists are those of what it could read: of the files vLLM reads when it reads none."""
+    from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
+    from loadkit_inspect.sources.files import configured_weights, read_chosen, transformers_files
+
+    choice = read.summary.loader_files.get("transformers")
+    folder = read.checkpoint.path
+    if choice is None or not os.path.isdir(folder) or read.summary.source is None:
+        return from_pretrained_verdict(config, read.infos)._replace(files=choice)
+    explicit = getattr(config, "transformers_weights", None)
+    if explicit != configured_weights(folder):  # another config (hf:PATH) names another file
+        choice = transformers_files(folder, explicit)
+    infos, raised = read.infos, choice.raises
+    chosen = [os.path.join(folder, f) for f in choice.files]
+    if choice.files and not choice.pickle and chosen != read.checkpoint.files:
+        infos, raised = read_chosen(folder, choice.files)
+    result = from_pretrained_verdict(config, infos)
+    return result._replace(raised=raised or result.raised, files=choice)
 
 
 def suggest_fixes(

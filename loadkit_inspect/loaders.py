@@ -12,9 +12,11 @@ A checkpoint "loads" only with respect to a loader:
 
 Each verdict names the version it answers for: ``vllm 0.34.0: would load cleanly``.
 
-Index problems where a listed shard is missing or unreadable, or a key is stored twice with two
-shapes, make both loaders raise (both read every tensor of every listed file): each column says
-what it raises (``index_raises``). This module is torch-free: the records and the text only.
+Each loader reads the files it chooses itself (``loadkit_inspect.sources.files``): a listed shard
+missing or unreadable makes vLLM raise (``index_raises``), and transformers where it reads that
+shard (its simulation opens the files it reads). The transformers verdict is said in its own
+terms: it loads, loads with warnings (tensors newly initialised at random, keys unused), or
+raises. This module is torch-free: the records and the text only.
 
 >>> v = LoaderVerdict("vllm", False, ["1 unexpected: lm_head.bias"], "0.34.0")
 >>> headline([LoaderVerdict("transformers", True, [], "4.57.1"), v])
@@ -23,6 +25,7 @@ what it raises (``index_raises``). This module is torch-free: the records and th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.report.records import LoadReport
     from loadkit_inspect.report.summary import CheckpointSummary
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
+    from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
 VLLM = "vllm"
@@ -51,6 +55,13 @@ class LoaderVerdict(NamedTuple):
     Qwen3MoeForCausalLM``); ``checked``: ``False`` when loadkit does not model that class (no
     verdict, ``problems`` says why); ``quiet``: the load would go through without an error and
     leave tensors uninitialised (vLLM's most dangerous outcome), ``problems`` says which.
+    ``outcome``, where the loader's own terms are known (``transformers``): ``loads``,
+    ``warns`` (it returns the model with tensors newly initialised at random or keys unused),
+    ``raises``, ``unknown``.
+
+    >>> LoaderVerdict("transformers", False, ["1 newly initialised at random (MISSING: b)"],
+    ...               "5.24.0", outcome="warns").phrase()
+    'transformers 5.24.0: would load, but 1 newly initialised at random (MISSING: b)'
     """
 
     loader: str
@@ -60,6 +71,7 @@ class LoaderVerdict(NamedTuple):
     via: str | None = None
     checked: bool = True
     quiet: bool = False
+    outcome: str = ""
 
     @property
     def label(self) -> str:
@@ -69,19 +81,29 @@ class LoaderVerdict(NamedTuple):
         return f"{name}, {self.via}" if self.via else name
 
     def phrase(self) -> str:
+        said = "; ".join(self.problems)
         if not self.checked:
-            return f"{self.label}: not checked ({'; '.join(self.problems)})"
+            return f"{self.label}: not checked ({said})"
         if self.clean:
             return f"{self.label}: would load cleanly"
         if self.quiet:
             return f"{self.label}: would load WITHOUT AN ERROR but {' and '.join(self.problems)}"
-        return f"{self.label}: would NOT load ({'; '.join(self.problems)})"
+        if self.outcome == "loads":  # loadkit's own rule fails it (--strict-index)
+            return f"{self.label}: would load cleanly, but {said}"
+        if self.outcome == "warns":
+            return f"{self.label}: would load, but {said}"
+        if self.outcome == "raises":
+            return f"{self.label}: would raise {said}"
+        if self.outcome == "unknown":
+            return f"{self.label}: not judged ({said})"
+        return f"{self.label}: would NOT load ({said})"
 
     def as_dict(self) -> dict[str, Any]:
         out = {
             "loader": self.loader,
             "version": self.version,
             "clean": self.clean,
+            "outcome": self.outcome or None,
             "problems": list(self.problems),
         }
         if self.via is not None:  # --model hf: the class, and what kind of verdict it is
@@ -117,16 +139,14 @@ def _shards(names: list[str]) -> str:
     return ", ".join(f"'{n}'" for n in names)
 
 
-def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]:
-    """What ``loader`` raises for the index problems that stop the load (``[]`` when none
-    does). Both raise for a shard they cannot open: vLLM 0.28.0 ``FileNotFoundError`` for a
-    listed file that is missing (weight_utils.py:594), the safetensors library a
-    ``SafetensorError`` for a file it cannot read. A key stored twice with two shapes fails
-    vLLM's size assertion on one copy (weight_utils.py:1231); transformers checks only the last
-    copy, which the checkpoint keeps, so its own simulation decides."""
+def index_raises(checkpoint: CheckpointSummary) -> list[str]:
+    """What vLLM raises for the folder problems that stop the load (``[]`` when none does):
+    ``FileNotFoundError`` for a listed file that is missing (``filter_duplicate_safetensors_
+    files``), the safetensors library's ``SafetensorError`` for a file it cannot read, and its
+    size assertion for the copy of a key stored twice with two shapes that the parameter does
+    not fit (``default_weight_loader``). transformers' column is its own simulation, on the
+    files it reads."""
     failing = checkpoint.failing
-    if loader == TRANSFORMERS:
-        failing = [p for p in failing if p.kind != "in two shards"]
     out = []
     missing = sorted({p.listed for p in failing if p.kind == "missing shard" and p.listed})
     if missing:
@@ -137,10 +157,11 @@ def index_raises(checkpoint: CheckpointSummary, loader: str = VLLM) -> list[str]
     twice = [p.key for p in failing if p.kind == "in two shards" and p.key]
     if twice:
         out.append(f"raises: {_names('key stored twice with two shapes', twice)}")
-    others = [p for p in failing if p.kind not in ("missing shard", "unreadable shard")]
-    others = [p for p in others if p.kind != "in two shards"]
+    known = ("missing shard", "unreadable shard", "in two shards")
+    others = [p for p in failing if p.kind not in known]
     if others:
-        out.append(f"{plural(len(others), 'index problem')} ({others[0].kind})")
+        what = "index problem" if checkpoint.index else "file problem"
+        out.append(f"{plural(len(others), what)} ({others[0].kind})")
     return out
 
 
@@ -159,6 +180,7 @@ def vllm_verdict(
     tp: TPReport | None = None,
     strict_index: bool = False,
     side: VllmSide | None = None,
+    files: FileChoice | None = None,
 ) -> LoaderVerdict:
     """The ``vllm`` loader's verdict from the simulated load, the index, and with ``tp`` what
     vLLM makes of that many ranks (a refusal is vLLM's alone: transformers has no tp). vLLM
@@ -172,7 +194,10 @@ def vllm_verdict(
     if side.refusal is not None:
         return side.verdict(False, [f"vLLM refuses it: {side.refusal}"])
     problems = tp.problems() if tp is not None else []
-    raised = index_raises(checkpoint)
+    # the index's problems are vLLM's where it reads the index's files (not the Mistral format)
+    raised = [] if files is not None and files.mistral else index_raises(checkpoint)
+    if files is not None and files.raises is not None:  # before it opens a file
+        raised = [f"raises {files.raises.text()}"]
     if problems or raised:
         return side.verdict(False, problems + raised)
     problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
@@ -237,25 +262,50 @@ def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:
 def transformers_verdict(
     result: FromPretrained, checkpoint: CheckpointSummary, *, strict_index: bool = False
 ) -> LoaderVerdict:
-    """The ``transformers`` loader's verdict from ``from_pretrained``'s simulated lists and the
-    index (a shard it cannot open makes it raise before it reports any list)."""
-    # reading a model.safetensors beside the index, it never opens the shards
-    raised = [] if result.reads else index_raises(checkpoint, TRANSFORMERS)
+    """The ``transformers`` loader's verdict in its own terms, from ``from_pretrained``'s
+    simulated outcome (the files it reads included: a shard it cannot open makes it raise
+    before it reports any list); ``--strict-index`` fails it too."""
     version = result.transformers_version
-    if raised:
-        return LoaderVerdict(TRANSFORMERS, False, raised, version)
-    problems = _strict(checkpoint, strict_index)
-    if result.unexpected:
-        problems.append(_names("unexpected", list(result.unexpected)))
+    strict = _strict(checkpoint, strict_index)
+    outcome = result.outcome
+    problems = transformers_problems(result)
+    if outcome == "raises":
+        return LoaderVerdict(TRANSFORMERS, False, problems, version, outcome=outcome)
+    clean = outcome == "loads" and not strict
+    return LoaderVerdict(TRANSFORMERS, clean, strict + problems, version, outcome=outcome)
+
+
+def transformers_problems(result: FromPretrained) -> list[str]:
+    """``from_pretrained``'s outcome in short phrases, in the words of its load report: what it
+    raises; else the tensors it initialises at random (MISSING), the keys it leaves unused
+    (UNEXPECTED), the ones it reinitialises (MISMATCH, under ``ignore_mismatched_sizes``)."""
+    error = result.error
+    if error is not None and result.raised is None and not result.errors:
+        shown = [f"{m.name} (checkpoint {list(m.checkpoint_shape)}, model {list(m.model_shape)})"
+                 for m in result.mismatched]  # fmt: skip
+        return [
+            f"RuntimeError: {_names('size MISMATCH', shown)}; ignore_mismatched_sizes=True "
+            f"would reinitialise {'it' if len(shown) == 1 else 'them'} at random"
+        ]
+    if error is not None:
+        return [error.text()]
+    if result.outcome == "unknown" and result.files is not None:
+        return [f"it reads {', '.join(result.files.files)}, a PyTorch pickle loadkit does not read"]
+    out = []
     if result.missing:
-        problems.append(_names("missing", list(result.missing)))
+        out.append(_kind("newly initialised at random", "MISSING", result.missing))
+    if result.unexpected:
+        out.append(_kind("unused", "UNEXPECTED", result.unexpected))
     if result.mismatched:
-        kind = "mismatched" + ("" if result.ignore_mismatched_sizes else ", raises")
-        problems.append(_names(kind, [m.name for m in result.mismatched]))
-    problems += list(result.errors)
-    if result.reads and problems:
-        problems.insert(0, f"reads {result.reads}, not the index")
-    return LoaderVerdict(TRANSFORMERS, not problems, problems, version)
+        names = [m.name for m in result.mismatched]
+        out.append(_kind("reinitialised at random", "MISMATCH", names))
+    return out
+
+
+def _kind(what: str, status: str, names: Sequence[str]) -> str:
+    """``2 newly initialised at random (MISSING: a, b)``."""
+    shown = ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+    return f"{len(names)} {what} ({status}: {shown})"
 
 
 def headline(verdicts: list[LoaderVerdict]) -> str:

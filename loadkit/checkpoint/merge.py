@@ -4,14 +4,20 @@ The one path for a local file or folder, a repository snapshot and a remote inde
 caller says which files (a ``loadkit.checkpoint.shards.Layout``) and how a file's header is read
 (from disk, or by HTTP Range requests), and ``read_layout`` merges them.
 
-Strictly (``open_checkpoint``), the first inconsistency raises: a key stored twice, a key the
-index places in a shard that does not hold it. Leniently (the inspector), every shard that can be
+Strictly (``open_checkpoint``), the first problem that stops a loader raises, as it stops vLLM's
+and transformers' loaders: a shard that cannot be read, a key stored twice with two shapes (one
+copy cannot fit); with ``strict_index`` also the first inconsistency (a key stored twice, a key
+the index places in a shard that does not hold it), as ``loadkit inspect --strict-index`` fails
+it. What loaders read without complaint (a key in another listed shard than the index says, a
+listed key no shard holds, a key stored twice with one shape: the last copy wins) opens, as
+``loadkit inspect`` says it loads. Leniently (the inspector), every shard that can be
 read is read (the index's and, to find misplaced keys, any other ``*.safetensors`` beside it),
 the tensors a loader following the index would read are kept, and every problem is collected as
 an ``IndexProblem``:
 
 - ``missing shard``: the index names a shard that is not there (its keys: wherever they are);
 - ``wrong shard``: the index says a shard holds a key that it does not (the key is elsewhere);
+- ``in no shard``: the index lists a key that no shard holds;
 - ``not in index``: a shard holds a key the index does not list;
 - ``in two shards``: one key stored twice (a loader reads both; the later copy wins, and is the
   one the checkpoint keeps);
@@ -38,6 +44,7 @@ raise. Torch-free.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable
 from operator import attrgetter
@@ -87,6 +94,9 @@ class Merged(NamedTuple):
     tensors: dict[str, TensorInfo]  # as a loader following the index reads them
     metadata_text: dict[str, str | None]  # file -> its ``__metadata__`` JSON text
     problems: list[IndexProblem]  # always empty when strict
+    # every file read (the index's shards and the files beside it) -> (tensors, bytes) its
+    # header holds: a key stored in two files counts in each
+    held: dict[str, tuple[int, int]] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 class _Headers(NamedTuple):
@@ -104,6 +114,7 @@ def read_layout(
     read_header: ReadHeader,
     *,
     strict: bool = True,
+    strict_index: bool = False,
     exists: Callable[[str], bool] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Merged:
@@ -114,8 +125,11 @@ def read_layout(
             remote index) gives them.
         read_header: a file's header (``loadkit.checkpoint.reader.read_safetensors_header`` for
             a path); it raises a ``CheckpointError`` naming the file.
-        strict: raise at the first problem (``ShardIndexError``, ``DuplicateKeyError``, or the
-            reading's own error), as ``open_checkpoint`` does; else collect them all.
+        strict: raise at the first problem that stops a loader (the reading's own error, a
+            ``DuplicateKeyError`` for a key stored twice with two shapes), as
+            ``open_checkpoint`` does; else collect them all.
+        strict_index: with ``strict``, also raise at the first inconsistency (a key stored
+            twice, a ``ShardIndexError`` for a key its shard does not hold).
         exists: leniently, whether a shard's file is there (one that is not is a ``missing
             shard``, never read); ``None``: every file is read.
         progress: called with (shards read, shards in all) before each shard and at the end.
@@ -128,7 +142,7 @@ def read_layout(
         >>> len(merged.files), merged.tensors["lm_head.weight"].shape, merged.problems
         (2, (48, 16), [])
     """
-    headers = _read_headers(layout, read_header, strict, exists, progress)
+    headers = _read_headers(layout, read_header, strict, strict_index, exists, progress)
     problems = headers.problems
     readable = [s for s in layout.shards if s in headers.by_shard]
     if not readable and layout.shards:  # {"weight_map": {}}: an empty checkpoint
@@ -137,28 +151,40 @@ def read_layout(
     as_indexed = layout.index is not None and layout.weight_map == first
     if layout.index is not None and not as_indexed:
         found = _index_vs_shards(layout, headers, first, several)
-        if strict and found:
+        if strict and strict_index and found:
             raise _strict_error(layout, found[0])
         problems += found
     tensors = _merge(layout, headers.by_shard, readable, several, as_indexed, problems)
     files = [layout.shards[s] for s in readable]
+    held = _held(layout, headers.by_shard)
     if strict:  # a key the index does not list is read, and not a problem
-        return Merged(files, tensors, headers.metadata_text, [])
+        return Merged(files, tensors, headers.metadata_text, [], held)
     problems += _copies(layout, headers.by_shard, readable, first, several)
     problems += _total_size(layout, headers.by_shard, tensors, several)
     problems += _unindexed(layout, headers.by_shard)
-    return Merged(files, tensors, headers.metadata_text, problems)
+    return Merged(files, tensors, headers.metadata_text, problems, held)
+
+
+def _held(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> dict[str, tuple[int, int]]:
+    """Each file read -> (tensors, bytes) of its own header, in reading order."""
+    files = {**layout.shards, **layout.others}
+    return {
+        files[shard]: (len(infos), sum(map(_NBYTES, infos.values())))
+        for shard, infos in headers.items()
+    }
 
 
 def _read_headers(
     layout: Layout,
     read_header: ReadHeader,
     strict: bool,
+    strict_index: bool,
     exists: Callable[[str], bool] | None,
     progress: Callable[[int, int], None] | None,
 ) -> _Headers:
-    """Each shard's header, in reading order. Strictly, an error raises and a key met twice is
-    a ``DuplicateKeyError`` at once; leniently, an unreadable shard is a problem."""
+    """Each shard's header, in reading order. Strictly, an error raises and a key met twice
+    with two shapes (with ``strict_index``, at all) is a ``DuplicateKeyError`` at once;
+    leniently, an unreadable shard is a problem."""
     read = _Headers({}, {}, set(), [])
     held: dict[str, TensorInfo] = {}  # strictly: every key read so far
     shards = [*layout.shards.items(), *layout.others.items()]
@@ -170,7 +196,7 @@ def _read_headers(
             continue
         if strict:
             infos, read.metadata_text[file] = read_header(file)
-            _refuse_twice(held, infos, file)
+            _refuse_twice(held, infos, file, strict_index)
             read.by_shard[shard] = infos
             continue
         try:
@@ -182,10 +208,13 @@ def _read_headers(
     return read
 
 
-def _refuse_twice(held: dict[str, TensorInfo], infos: dict[str, TensorInfo], file: str) -> None:
+def _refuse_twice(
+    held: dict[str, TensorInfo], infos: dict[str, TensorInfo], file: str, any_copy: bool
+) -> None:
+    """A key stored twice with two shapes (``any_copy``: at all) raises."""
     if not held.keys().isdisjoint(infos):
         for name, info in infos.items():
-            if name in held:
+            if name in held and (any_copy or held[name].shape != info.shape):
                 raise DuplicateKeyError(
                     file,
                     f"also stored in {held[name].file} (shapes {list(held[name].shape)} "
@@ -258,19 +287,26 @@ def _index_vs_shards(
             msg = f"the index names shard '{shard}', which does not exist; {_where(where)}"
             problems.append(IndexProblem("missing shard", key, msg, tuple(where), "fails", shard))
         elif shard in read and key not in read[shard]:
-            # Loaders read each listed shard's own tensors, never the index's key list (vLLM
-            # 0.28.0: the index only filters files, weight_utils.py:598; transformers likewise):
-            # a listed key that no listed shard holds is not read, and does not stop the load.
-            # A model tensor it would have filled is left missing: the dry load reports that.
-            where = located(key)
-            msg = f"the index says shard '{shard}' holds it, but {_where(where)}"
-            indexed_read = [s for s in where if s in layout.shards]
-            if where and not indexed_read:
-                msg += ", which loaders never read (the index does not name it)"
-            if not indexed_read:
-                msg += ": nothing reads the key (a model tensor it would fill is left missing)"
-            problems.append(IndexProblem("wrong shard", key, msg, tuple(where), listed=shard))
+            problems.append(_misplaced(layout, key, shard, located(key)))
     return problems
+
+
+def _misplaced(layout: Layout, key: str, shard: str, where: list[str]) -> IndexProblem:
+    """A key the index places in a shard that does not hold it. Loaders read each listed
+    shard's own tensors, never the index's key list (vLLM 0.28.0 and 0.34.0: the index only
+    filters files, ``filter_duplicate_safetensors_files``; transformers likewise): where no
+    listed shard holds the key, nothing reads it, and a model tensor of that name is left
+    missing (the dry load reports it); neither stops the load."""
+    said = f"the index says shard '{shard}' holds it"
+    if not where:  # a key the index lists and no file holds
+        msg = f"{said}, but no shard does: there is no such tensor to read"
+        return IndexProblem("in no shard", key, msg, (), listed=shard)
+    msg = f"{said}, but {_where(where)}"
+    if not any(s in layout.shards for s in where):
+        msg += ", which loaders never read (the index does not name it): the key is not read"
+    else:
+        msg += ", where loaders read it"
+    return IndexProblem("wrong shard", key, msg, tuple(where), listed=shard)
 
 
 def _merge(
@@ -388,7 +424,12 @@ def _unindexed(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> lis
     for shard in layout.others:
         n = len(headers.get(shard, {}))
         who = "loaders never read it"
-        if shard == SINGLE_FILE:
+        if fnmatch.fnmatch(os.path.basename(shard), "consolidated*.safetensors"):
+            who = (
+                "transformers never reads it, but vLLM does, and not the index's shards (a "
+                "consolidated*.safetensors file selects its Mistral format)"
+            )
+        elif shard == SINGLE_FILE:
             who = (
                 "vLLM never reads it (it reads the files the index names), but transformers' "
                 "from_pretrained reads it instead of the index and its shards"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -170,12 +170,31 @@ class Checkpoint:
         files: list[str],
         tensors: dict[str, TensorInfo],
         metadata_text: dict[str, str | None],
+        held: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         self.path = path
         self.files = files
         self.tensors = tensors
         self._metadata_text = metadata_text
         self._metadata: dict[str, dict[str, str]] | None = None
+        self._held = held
+
+    @property
+    def held(self) -> dict[str, tuple[int, int]]:
+        """Every file read -> ``(tensors, bytes)`` its header holds, in reading order: a key
+        stored in two files counts in each, a file beside the index that it does not name is
+        counted too (``tensors`` keeps one copy of each key, from the files a loader reads)."""
+        if self._held is None:  # one copy of each key: what ``tensors`` holds, per file
+            totals = dict.fromkeys(self.files, (0, 0))
+            infos = list(self.tensors.values())
+            start = 0
+            for file, run in groupby(map(_FILE, infos)):  # each run of one file summed at once
+                n = len(list(run))
+                tensors, size = totals.get(file, (0, 0))
+                totals[file] = (tensors + n, size + sum(map(_NBYTES, infos[start : start + n])))
+                start += n
+            self._held = totals
+        return self._held
 
     @property
     def metadata(self) -> dict[str, dict[str, str]]:
@@ -222,7 +241,7 @@ class Checkpoint:
         )
 
 
-_NBYTES = attrgetter("nbytes")
+_NBYTES, _FILE = attrgetter("nbytes"), attrgetter("file")
 
 
 def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Tensor:
@@ -245,17 +264,26 @@ def _read_tensor(f: Any, info: TensorInfo, buf: torch.Tensor | None) -> torch.Te
 
 
 def open_checkpoint(
-    path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
+    path: str | os.PathLike[str],
+    *,
+    strict_index: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Checkpoint:
     """Open a ``.safetensors`` file or a folder of shards (with or without an index).
 
     Only the headers are read, as strictly as the safetensors library reads them, and checked
     against the file sizes (and the index against the shards): a 100 GB checkpoint opens as fast
-    as a small one.
+    as a small one. It opens exactly the folders ``loadkit inspect`` says load: what stops
+    vLLM's and transformers' loaders raises (a shard the index names that is missing or
+    unreadable, a key stored twice with two shapes), what they read without complaint does not
+    (a key in another listed shard than the index says, a listed key no shard holds, a key
+    stored twice with one shape: the last copy, as both loaders keep it).
 
     Args:
         path: a ``.safetensors`` file, a folder of ``*.safetensors`` shards, or a folder with
             ``model.safetensors.index.json``.
+        strict_index: also raise at the first inconsistency between the index and its shards
+            (``loadkit inspect --strict-index`` fails the same folders).
         progress: called with (shards read, shards in all) before each shard and at the end.
 
     Returns:
@@ -269,5 +297,7 @@ def open_checkpoint(
     'lm_head.weight'
     """
     layout = local_layout(path)
-    merged = read_layout(layout, read_safetensors_header, progress=progress)
-    return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text)
+    merged = read_layout(
+        layout, read_safetensors_header, strict_index=strict_index, progress=progress
+    )
+    return Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text, merged.held)

@@ -41,7 +41,8 @@ import torch
 from loadkit.checkpoint import TensorInfo
 from loadkit.errors import ModelSpecError, printable
 from loadkit.loading import meta_tensor
-from loadkit_inspect.report.text import capped, joined_problems, shapes
+from loadkit_inspect.report.text import capped, shapes
+from loadkit_inspect.sources.files import FileChoice, Raised
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -59,13 +60,19 @@ class Mismatch(NamedTuple):
     model_shape: tuple[int, ...]
 
 
+LOADS, WARNS, RAISES, UNKNOWN = "loads", "warns", "raises", "unknown"
+
+
 class FromPretrained(NamedTuple):
     """What ``from_pretrained`` would report for a checkpoint, in transformers' own names.
 
     ``missing``: model parameters and buffers no checkpoint key fills (tied ones and ignored
-    patterns left out, as transformers leaves them out); ``unexpected``: checkpoint keys (after
-    its renamings) that fill nothing; ``mismatched``: loaded keys of another shape; ``errors``:
-    what makes ``from_pretrained`` raise besides mismatches (conversion errors).
+    patterns left out, as transformers leaves them out): its load report's MISSING, "newly
+    initialized" at random; ``unexpected``: checkpoint keys (after its renamings) that fill
+    nothing (UNEXPECTED); ``mismatched``: loaded keys of another shape (MISMATCH); ``errors``:
+    what makes ``from_pretrained`` raise besides mismatches (CONVERSION errors, loading errors);
+    ``raised``: what it raises before it loads a tensor (no file it reads, a shard it cannot
+    open, a class it cannot build): the lists are then what the files it could read would give.
     """
 
     cls: str
@@ -78,8 +85,9 @@ class FromPretrained(NamedTuple):
     transformers_version: str
     allowed: tuple[str, ...] = ()  # missing tensors that --allow-missing lets stay unfilled
     ignored: tuple[str, ...] = ()  # unexpected keys that --skip-prefix and the ignore rules take
-    # the file it reads instead of the index's shards (a model.safetensors beside the index)
-    reads: str | None = None
+    raised: Raised | None = None  # what it raises before loading (files, class, config)
+    files: FileChoice | None = None  # the files it reads (None: not a folder)
+    shapes: dict[str, tuple[int, ...]] = {}  # noqa: RUF012 (missing tensor -> its model shape)
 
     def under(self, rules: LoadRules) -> FromPretrained:
         """The lists with the user's load rules applied, as transformers applies a class's own
@@ -107,14 +115,44 @@ class FromPretrained(NamedTuple):
         )
 
     @property
+    def outcome(self) -> str:
+        """``from_pretrained``'s outcome: ``loads`` (cleanly, no load report), ``warns`` (it
+        returns the model and logs a load report: MISSING tensors newly initialised at random,
+        UNEXPECTED keys unused, MISMATCH reinitialised under ``ignore_mismatched_sizes``),
+        ``raises``, or ``unknown`` (it reads a PyTorch pickle, which loadkit does not read)."""
+        if self.raised is not None or self.errors:
+            return RAISES
+        if self.mismatched and not self.ignore_mismatched_sizes:
+            return RAISES
+        if self.files is not None and self.files.pickle:
+            return UNKNOWN
+        return WARNS if (self.missing or self.unexpected or self.mismatched) else LOADS
+
+    @property
     def clean(self) -> bool:
         """Would ``from_pretrained`` load every weight without error, warning or leftover?"""
-        return not (self.missing or self.unexpected or self.mismatched or self.errors)
+        return self.outcome == LOADS
 
     @property
     def raises(self) -> bool:
         """Would ``from_pretrained`` raise (rather than warn and initialise what is missing)?"""
-        return bool(self.errors) or (bool(self.mismatched) and not self.ignore_mismatched_sizes)
+        return self.outcome == RAISES
+
+    @property
+    def error(self) -> Raised | None:
+        """What it raises: before loading (``raised``), else as its load report ends
+        (``log_state_dict_report``: loading errors, then conversion errors, then mismatches)."""
+        if self.raised is not None:
+            return self.raised
+        if self.errors:
+            return Raised("RuntimeError", self.errors[0])
+        if self.mismatched and not self.ignore_mismatched_sizes:
+            return Raised(
+                "RuntimeError",
+                "You set `ignore_mismatched_sizes` to `False`, thus raising an error. For "
+                "details look at the above report!",
+            )
+        return None
 
     def problems(self) -> list[str]:
         out = []
@@ -130,11 +168,14 @@ class FromPretrained(NamedTuple):
         return out
 
     def as_dict(self) -> dict[str, Any]:
+        error = self.error
         return {
             "loader": TRANSFORMERS,
             "class": self.cls,
+            "outcome": self.outcome,
             "clean": self.clean,
             "raises": self.raises,
+            "error": error.as_dict() if error else None,
             "missing": list(self.missing),
             "unexpected": list(self.unexpected),
             "mismatched": [
@@ -151,33 +192,40 @@ class FromPretrained(NamedTuple):
             "transformers_version": self.transformers_version,
             "allowed": list(self.allowed),
             "ignored": list(self.ignored),
-            "reads": self.reads,
+            "files": self.files.as_dict() if self.files else None,
         }
 
-    def render(self, limit: int, verdict: Sequence[str] | None = None) -> list[str]:
-        """The ``transformers`` loader's section: what ``from_pretrained`` would report, each
-        list capped at ``limit`` rows; ``verdict``: the problems of its verdict, the index
-        included, when the report has one."""
-        said = "would load cleanly" if self.clean else "would NOT load"
-        if verdict:
-            said = f"would NOT load ({joined_problems(verdict)})"
+    def render(self, limit: int, verdict: str | None = None) -> list[str]:
+        """The ``transformers`` loader's section: what ``from_pretrained`` would do, in its own
+        terms (``verdict``: its verdict's phrase, ``--strict-index`` included, when the report
+        has one), the files it reads, and its load report's lists, each capped at ``limit``
+        rows."""
+        said = verdict or f"transformers {self.transformers_version}: outcome {self.outcome}"
         lines = [
             f"transformers  {self.cls}.from_pretrained, simulated on the meta device",
-            f"  transformers {self.transformers_version}: {said}",
+            f"  {printable(said)}",
+            *self._file_lines(),
         ]
-        if self.reads:
+        error = self.error
+        if error is not None:
+            lines.append(f"  raises {printable(error.error)}: {printable(error.message)}")
+        if self.raised is not None:
             lines.append(
-                f"  it reads {printable(self.reads)}, not the index: from_pretrained prefers the "
-                "single file (the shards' tensors are vLLM's)"
+                "  (before it loads a tensor; the lists below are what it would report once it "
+                "reads the folder's readable weights)"
             )
-        own = self.problems()
-        if verdict is not None and list(verdict[:1]) != own[:1] and own:
-            if any(p.startswith("raises") for p in verdict):
-                lines.append(
-                    "  (it raises before it reports these lists: they are what the readable"
-                )
-                lines.append("  shards would give once the index problems above are fixed)")
         return lines + self._list_lines(limit)
+
+    def _file_lines(self) -> list[str]:
+        """The files it reads, and the folder's weight files it never opens."""
+        files = self.files
+        if files is None:
+            return []
+        how = f" ({files.how})" if files.how and files.files else ""
+        lines = [f"  reads {_some(files.files) if files.files else 'no file'}{how}"]
+        if files.unread:
+            lines.append(f"  never reads {_some(files.unread)}")
+        return lines
 
     def _list_lines(self, limit: int) -> list[str]:
         lines = []
@@ -186,13 +234,13 @@ class FromPretrained(NamedTuple):
             lines.append(f"  keys transformers renames ({len(rows)})")
             lines += capped(rows, len(rows), limit)
         for title, names in (
-            ("unexpected keys", list(self.unexpected)),
-            ("missing: model tensors never filled", list(self.missing)),
+            ("UNEXPECTED: checkpoint keys it leaves unused", list(self.unexpected)),
+            ("MISSING: model tensors newly initialised at random", list(self.missing)),
         ):
             lines.append(f"  {title} ({len(names)})" + ("" if names else ": none"))
             lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
         for title, names in (
-            ("missing, allowed by --allow-missing", list(self.allowed)),
+            ("missing, allowed by --allow-missing (still at random)", list(self.allowed)),
             ("unexpected, taken by the skip and ignore rules", list(self.ignored)),
         ):
             if names:
@@ -200,7 +248,7 @@ class FromPretrained(NamedTuple):
                 lines += capped([f"    {printable(n)}" for n in names], len(names), limit)
         raises = "" if self.ignore_mismatched_sizes else ": from_pretrained raises"
         lines.append(
-            f"  shape mismatches ({len(self.mismatched)})"
+            f"  MISMATCH: shapes that differ ({len(self.mismatched)})"
             + ((raises if self.mismatched else "") or ("" if self.mismatched else ": none"))
         )
         rows = [
@@ -209,6 +257,12 @@ class FromPretrained(NamedTuple):
         ]
         lines += capped(rows, len(rows), limit)
         return lines + [f"  error: {printable(e)}" for e in self.errors]
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """The first ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(printable(n) for n in names[:shown]) + more
 
 
 def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreTrainedModel]:
@@ -220,8 +274,8 @@ def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreT
     'BertForMaskedLM'
     >>> loading_class(BertConfig()).__name__
     'BertModel'
-    >>> from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).errors
-    ("transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])",)
+    >>> print(from_pretrained_verdict(BertConfig(architectures=["MyBert"]), []).raised.text())
+    AttributeError: transformers 5.24.0 has no model class 'MyBert' (the config's architectures[0])
     """
     import transformers
 
@@ -293,16 +347,17 @@ def from_pretrained_verdict(
     from transformers.modeling_utils import LoadStateDictConfig
     from transformers.utils.generic import ContextManagers
 
-    def refused(name: str, why: str) -> FromPretrained:
+    def refused(name: str, error: str, why: str) -> FromPretrained:
         # from_pretrained itself would stop here: the verdict says why, for this loader only.
         return FromPretrained(
-            name, (), (), (), (why,), ignore_mismatched_sizes, {}, transformers.__version__
-        )
+            name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
+            raised=Raised(error, why),
+        )  # fmt: skip
 
     try:
         klass = loading_class(config, cls)
-    except ModelSpecError as exc:
-        return refused(cls or "?", str(exc))
+    except ModelSpecError as exc:  # transformers.<name> is an AttributeError
+        return refused(cls or "?", "AttributeError", str(exc))
     config = copy.deepcopy(config)  # from_pretrained copies it too
     dtype = torch.float32  # the dtype changes casts, never which key goes where
     with _quiet_transformers():
@@ -312,7 +367,8 @@ def from_pretrained_verdict(
         except Exception as exc:  # transformers validates the config for the class
             from loadkit.models.transformers import one_line
 
-            return refused(klass.__name__, f"{klass.__name__}(config) fails: {one_line(exc)}")
+            why = f"{klass.__name__}(config) fails: {one_line(exc)}"
+            return refused(klass.__name__, type(exc).__name__, why)
         conversions = get_model_conversion_mapping(model)
         load_config = LoadStateDictConfig(
             ignore_mismatched_sizes=ignore_mismatched_sizes,
@@ -327,7 +383,10 @@ def from_pretrained_verdict(
         model.tie_weights(missing_keys=info.missing_keys, recompute_mapping=False)
         model._adjust_missing_and_unexpected_keys(info)
         renamed = _renamed(model, state, conversions)
-    return _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
+        expected = model.state_dict()
+        shapes = {m: tuple(expected[m].shape) for m in info.missing_keys if m in expected}
+    verdict = _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
+    return verdict._replace(shapes=shapes)
 
 
 def _verdict(

@@ -40,5 +40,5 @@ def open_lenient(
     merged = read_layout(
         layout, read_safetensors_header, strict=False, exists=os.path.lexists, progress=progress
     )
-    ck = Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text)
+    ck = Checkpoint(layout.path, merged.files, merged.tensors, merged.metadata_text, merged.held)
     return ck, merged.problems

@@ -361,5 +361,9 @@ def open_remote(
         layout = Layout(url, None, {url: url}, {}, {})
     else:
         layout = _index_layout(client, url)
-    merged = read_layout(layout, lambda file: _read_header(client, file), progress=progress)
+    # An index read over HTTP is held to every consistency check (there is no listing beside
+    # it to report the problems against): its first inconsistency raises.
+    merged = read_layout(
+        layout, lambda file: _read_header(client, file), strict_index=True, progress=progress
+    )
     return RemoteCheckpoint(url, merged.files, merged.tensors, merged.metadata_text, client)

@@ -315,11 +315,14 @@ def _verdict(report: InspectReport) -> str:
     if report.clean is None or report.model is None:
         return "header only (no model)"
 
-    def said(clean: bool) -> str:
-        return "loads cleanly" if clean else "would NOT load"
+    def said(clean: bool, outcome: str = "") -> str:
+        if clean:
+            return "loads cleanly"
+        # transformers' own outcomes: it returns the model with warnings, or raises
+        return {"warns": "loads with warnings", "raises": "raises"}.get(outcome, "would NOT load")
 
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
-        each = ", ".join(f"{v.label}: {said(v.clean)}" for v in report.loaders.values())
+        each = ", ".join(f"{v.label}: {said(v.clean, v.outcome)}" for v in report.loaders.values())
         return f"{report.model.cls}, {each} (colours: the vllm load)"
     return f"{_label(report)}{said(bool(report.clean))} into {report.model.cls}"
 
@@ -443,19 +446,19 @@ def probe_table(report: InspectReport) -> str:
         return "pooling probe: needs a model"
     rows = []
     for b, v in report.probe.items():
-        share = v.cloned_bytes / v.forwarded_bytes if v.forwarded_bytes else 0.0
+        share = v.walked_bytes / v.forwarded_bytes if v.forwarded_bytes else 0.0
         rows.append(
             [
                 b,
                 repr(v.prefix) if v.hit else "no hit",
                 f"#{v.hit_index} {v.hit_key}" if v.hit else "-",
                 v.walked,
-                format_bytes(v.cloned_bytes),
+                format_bytes(v.walked_bytes) + (" (clones)" if v.cloned else ""),
                 f"{share:.0%}",
             ]
         )
     return table(
-        rows, header=["probe", "prefix", "hit at", "clones", "cloned", "of ckpt"], rule=True
+        rows, header=["probe", "prefix", "hit at", "held", "bytes held", "of ckpt"], rule=True
     )
 
 

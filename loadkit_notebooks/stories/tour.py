@@ -9,7 +9,7 @@ name's journey, and where every name went (a Sankey, coloured by fate as noteboo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any, cast
 
 from torch import nn
@@ -47,13 +47,13 @@ def trace_table(mapper: WeightsMapper, names: list[str]) -> str:
     return "\n".join(rows)
 
 
-def walk_picture(mapper: WeightsMapper, names: list[str], skip_prefixes: Sequence[str] = ()) -> str:
+def walk_picture(mapper: WeightsMapper, names: list[str], skipped: Collection[str] = ()) -> str:
     """The tree ``AutoWeightsLoader`` walks: the mapped names, split at their dots, with how
-    many names go down each branch. A name the mapper drops, or one starting with one of the
-    loader's ``skip_prefixes``, never enters the walk (the loader sets it aside first): those are
-    said after the tree."""
+    many names go down each branch. A name the mapper drops, or one of ``skipped`` (the
+    loader's ``aliased_params``: names of a tied word embedding after its first), never enters
+    the walk (the loader sets it aside first): those are said after the tree."""
     mapped = mapper.apply_list(names)
-    walked = [m for m in mapped if not m.startswith(tuple(skip_prefixes))]
+    walked = [m for m in mapped if m not in skipped]
     root = build_layout((m, 0, "") for m in walked)
     lines: list[str] = []
 
@@ -64,9 +64,9 @@ def walk_picture(mapper: WeightsMapper, names: list[str], skip_prefixes: Sequenc
             visit(child, depth + 1)
 
     visit(root, 0)
-    skipped = [m for m in mapped if m not in walked]
-    if skipped:
-        lines.append(f"(skipped before the walk, by skip_prefixes: {', '.join(skipped)})")
+    aside = [m for m in mapped if m not in walked]
+    if aside:
+        lines.append(f"(skipped before the walk, tied-embedding aliases: {', '.join(aside)})")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
+from loadkit import open_checkpoint
 from loadkit_inspect.inspector import inspect_checkpoint
 
 INDEX = "model.safetensors.index.json"
@@ -79,15 +80,16 @@ def test_a_listed_key_no_shard_holds_loads_and_the_index_is_inconsistent(sharded
     assert r.exit_status == 0 and r.clean is True
     assert {n: v.clean for n, v in r.loaders.items()} == {"transformers": True, "vllm": True}
     (problem,) = r.checkpoint.problems
-    assert (problem.kind, problem.severity) == ("wrong shard", "inconsistent")
+    assert (problem.kind, problem.severity) == ("in no shard", "inconsistent")
     text = r.render()
     assert "index problems (1): loads; the index is inconsistent" in text
     verdict = " ".join(text[text.index("\nverdict:") :].split())  # the columns wrap
     assert verdict == (
         f"verdict: transformers {version('transformers')}: would load cleanly vllm 0.34.0, "
         "native LlamaForCausalLM: would load cleanly the index is inconsistent (1 problem "
-        "above, every tensor still loads) (exit 0)"
+        "above; loaders read the files it names, not its list of keys) (exit 0)"
     )
+    assert list(open_checkpoint(folder).tensors) == [t.name for t in r.checkpoint.tensors]
     strict = inspect_checkpoint(folder, model="hf", strict_index=True)
     assert strict.exit_status == 1 and strict.clean is False
 
@@ -105,12 +107,13 @@ def test_a_listed_key_the_model_needs_that_no_shard_holds_is_missing(sharded_lla
     assert isinstance(info, dict) and info["missing_keys"] == [key]  # warns, does not raise
     r = inspect_checkpoint(folder, model="hf")
     assert [(p.kind, p.key, p.severity) for p in r.checkpoint.problems][0] == (
-        "wrong shard",
+        "in no shard",
         key,
         "inconsistent",
     )
     assert r.from_pretrained.missing == (key,)
-    assert r.loaders["transformers"].problems == [f"1 missing: {key}"]
+    assert r.loaders["transformers"].problems == [f"1 newly initialised at random (MISSING: {key})"]
+    assert r.loaders["transformers"].outcome == "warns"  # it loads, with that tensor random
     # vLLM 0.34.0's native Llama packs up_proj into gate_up_proj (shard 1): the shard is missing
     assert r.loaders["vllm"].problems == ["1 missing: model.layers.1.mlp.gate_up_proj.weight.1"]
     assert r.exit_status == 1 and r.clean is False
@@ -143,13 +146,15 @@ def test_a_missing_shard_raises_in_both_columns_and_total_size_is_its_consequenc
     r = inspect_checkpoint(folder, model="hf")
     columns, verdict = _columns_and_verdict(r)
     said = f"raises FileNotFoundError: listed shard '{gone}' missing"
-    assert columns == {"transformers": [said], "vllm": [said]}  # no "N missing: ..." beside it
+    tf_said = f"FileNotFoundError: '{gone}' does not exist"
+    assert columns == {"transformers": [tf_said], "vllm": [said]}  # no "N missing: ..." beside it
+    assert r.from_pretrained.as_dict()["raises"] is True  # the text and --json say one thing
     assert r.exit_status == 1 and r.clean is False
     assert "every tensor still loads" not in verdict and "inconsistent" not in verdict
     total = next(p for p in r.checkpoint.problems if p.kind == "total_size")
     assert total.severity == "note" and "a consequence of the problem above" in total.message
     assert r.checkpoint.inconsistent == []
-    assert f"transformers 5.24.0: would NOT load ({said})" in r.render()
+    assert f"transformers 5.24.0: would raise {tf_said}" in r.render()
 
 
 def test_an_index_naming_a_shard_by_a_wrong_name_raises(sharded_llama, tmp_path):
@@ -166,7 +171,8 @@ def test_an_index_naming_a_shard_by_a_wrong_name_raises(sharded_llama, tmp_path)
     assert isinstance(raised, FileNotFoundError) and typo in str(raised)
     r = inspect_checkpoint(folder, model="hf")
     said = f"raises FileNotFoundError: listed shard '{typo}' missing"
-    assert _columns_and_verdict(r)[0] == {"transformers": [said], "vllm": [said]}
+    tf_said = f"FileNotFoundError: '{typo}' does not exist"
+    assert _columns_and_verdict(r)[0] == {"transformers": [tf_said], "vllm": [said]}
     assert r.exit_status == 1
 
 
@@ -179,7 +185,8 @@ def test_a_truncated_shard_raises_safetensor_error_in_both_columns(sharded_llama
     assert isinstance(from_pretrained(folder), SafetensorError)
     r = inspect_checkpoint(folder, model="hf")
     said = f"raises SafetensorError: shard '{cut}' cannot be read"
-    assert _columns_and_verdict(r)[0] == {"transformers": [said], "vllm": [said]}
+    tf_said = f"SafetensorError: '{cut}' cannot be read"
+    assert _columns_and_verdict(r)[0] == {"transformers": [tf_said], "vllm": [said]}
     assert r.exit_status == 1 and r.checkpoint.inconsistent == []
 
 
@@ -212,10 +219,17 @@ def test_a_key_in_two_shards(sharded_llama, tmp_path, size):
     last = problem.found_in[-1]
     if other.name == last:  # the [33] copy is the last one read: transformers raises
         assert isinstance(oracle, RuntimeError) and "ignore_mismatched_sizes" in str(oracle)
-        assert columns["transformers"] == [f"1 mismatched, raises: {key}"]
+        assert columns["transformers"] == [mismatch_raises(key)]
     else:
         assert clean(oracle)
         assert columns["transformers"] == []
+
+
+def mismatch_raises(key: str) -> str:
+    return (
+        f"RuntimeError: 1 size MISMATCH: {key} (checkpoint [33], model [32]); "
+        "ignore_mismatched_sizes=True would reinitialise it at random"
+    )
 
 
 def test_of_two_shapes_transformers_keeps_the_last_copy(sharded_llama, tmp_path):
@@ -232,7 +246,7 @@ def test_of_two_shapes_transformers_keeps_the_last_copy(sharded_llama, tmp_path)
     oracle = from_pretrained(folder)
     assert isinstance(oracle, RuntimeError) and "ignore_mismatched_sizes" in str(oracle)
     r = inspect_checkpoint(folder, model="hf")
-    assert r.loaders["transformers"].problems == [f"1 mismatched, raises: {key}"]
+    assert r.loaders["transformers"].problems == [mismatch_raises(key)]
     assert r.loaders["vllm"].problems == [f"raises: 1 key stored twice with two shapes: {key}"]
     assert "would load cleanly" not in r.render()
 
@@ -251,11 +265,13 @@ def test_a_single_file_beside_the_index_is_what_transformers_reads(sharded_llama
     assert isinstance(oracle, dict) and len(oracle["missing_keys"]) == 20
     r = inspect_checkpoint(folder, model="hf")
     fp = r.from_pretrained
-    assert fp.reads == "model.safetensors"
+    assert fp.files is not None and fp.files.files == ("model.safetensors",)
+    assert set(fp.files.unread) == set(shards)
     assert sorted(fp.missing) == oracle["missing_keys"]
     assert sorted(fp.unexpected) == oracle["unexpected_keys"]
     assert r.loaders["vllm"].clean is True  # the shards load
-    assert r.loaders["transformers"].problems[0] == "reads model.safetensors, not the index"
+    assert r.loaders["transformers"].outcome == "warns"  # it loads, 20 tensors at random
+    assert r.loaders["transformers"].problems[0].startswith("20 newly initialised at random")
     assert r.exit_status == 1
     (note,) = [p for p in r.checkpoint.problems if p.kind == "unindexed shard"]
     assert "loaders never read it" not in note.message
@@ -264,5 +280,7 @@ def test_a_single_file_beside_the_index_is_what_transformers_reads(sharded_llama
     save_file(whole, folder / "model.safetensors", metadata={"format": "pt"})
     assert clean(from_pretrained(folder))
     again = inspect_checkpoint(folder, model="hf")
-    assert again.from_pretrained.reads == "model.safetensors" and again.clean is True
-    assert "it reads model.safetensors, not the index" in again.render()
+    assert again.from_pretrained.files.files == ("model.safetensors",) and again.clean is True
+    assert "reads model.safetensors (preferred to the index, which it never opens)" in (
+        again.render()
+    )

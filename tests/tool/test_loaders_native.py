@@ -89,8 +89,8 @@ def test_a_missing_linear_weight_is_said_plainly(native_clean, tmp_path):
     report = inspect_checkpoint(folder, model="hf")
     first = " ".join(report.render().split("\n\n")[0].split()).replace(" | ", " ")
     assert first == (
-        f"transformers {version('transformers')}: would NOT load (1 missing: "
-        "model.layers.1.mlp.down_proj.weight) "
+        f"transformers {version('transformers')}: would load, but 1 newly initialised at random "
+        "(MISSING: model.layers.1.mlp.down_proj.weight) "
         "vllm 0.34.0, native LlamaForCausalLM: would load WITHOUT AN ERROR but leave 1 tensor "
         "uninitialised (never in the checkpoint; vLLM does not check it): "
         "model.layers.1.mlp.down_proj.weight"

@@ -83,6 +83,8 @@ SOURCES = (
     "vllm/model_executor/utils.py",
     "vllm/config/model.py",
     "vllm/config/utils.py",
+    # which files the default loader reads (tests/upstream/test_file_choice_upstream.py)
+    "vllm/transformers_utils/repo_utils.py",
 )
 # Files only some versions have (added to SOURCES for that version).
 SOURCES_BY_VERSION: dict[str, tuple[str, ...]] = {

@@ -113,12 +113,25 @@ def test_index_missing_shard(tmp_path):
 
 
 def test_index_key_not_in_its_shard(tmp_path):
+    # loaders read each listed file's own tensors, never the index's key list: it opens (as
+    # `loadkit inspect` says it loads); strict_index refuses it (as --strict-index fails it)
     save_file({"w0": torch.ones(2)}, str(tmp_path / "s.safetensors"))
     idx = {"weight_map": {"w0": "s.safetensors", "w9": "s.safetensors"}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(idx))
+    assert list(open_checkpoint(tmp_path).tensors) == ["w0"]
     with pytest.raises(ShardIndexError) as exc:
-        open_checkpoint(tmp_path)
+        open_checkpoint(tmp_path, strict_index=True)
     assert "'w9'" in str(exc.value) and "s.safetensors" in str(exc.value)
+
+
+def test_one_key_twice_with_one_shape_keeps_the_last_copy(tmp_path):
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.ones(2)}, str(tmp_path / "b.safetensors"))
+    ck = open_checkpoint(tmp_path)
+    assert ck.tensors["w"].file.endswith("b.safetensors")  # read in order: the last copy stays
+    assert [(n, t.tolist()) for n, t in ck.weights()] == [("w", [1.0, 1.0])]
+    with pytest.raises(DuplicateKeyError):
+        open_checkpoint(tmp_path, strict_index=True)
 
 
 def test_truncated_file(tmp_path, tensors):

@@ -129,21 +129,28 @@ def test_wrapper_without_architecture_override_and_refusals():
         choose_wrapper(vlm)
 
 
-def test_legacy_mixin_skips_for_encoders_only():
+def test_legacy_mixin_drops_for_encoders_only():
+    # vLLM 0.34.0: the drops are rules of the wrapper's mapper (0.28.0: skip lists)
     emb = TransformersEmbeddingModel(config("bert"), device="meta")
     causal = TransformersForCausalLM(config("llama"), device="meta")
-    assert "position_ids" in emb.skip_substrs and "score.bias" in emb.skip_substrs
-    assert "model.predictions." in emb.skip_prefixes
-    assert causal.skip_substrs == [] and causal.skip_prefixes == []
+    assert {"position_ids", "score.bias"} <= {
+        k for k, v in emb.hf_to_vllm_mapper.orig_to_new_substr.items() if v is None
+    }
+    assert emb.hf_to_vllm_mapper.orig_to_new_prefix["model.predictions."] is None
+    assert emb.mapper_rule_origins[("substr", "position_ids")].startswith("LegacyMixin")
+    assert not causal.hf_to_vllm_mapper.orig_to_new_substr
+    assert not causal.hf_to_vllm_mapper.orig_to_new_prefix
 
 
-def test_tied_head_is_the_embedding_and_lm_head_is_skipped():
+def test_tied_head_is_the_embedding_and_lm_head_is_an_alias():
+    from loadkit.loading.tensors import tied_embedding_aliases
+
     m = TransformersForCausalLM(config("gemma"), device="meta")
-    assert m.skip_prefixes == ["lm_head."]
     assert m.lm_head.weight is m.model.embed_tokens.weight
+    assert tied_embedding_aliases(m) == {"lm_head.weight": "model.embed_tokens.weight"}
     untied = TransformersForCausalLM(config("llama"), device="meta")
-    assert untied.skip_prefixes == []
     assert untied.lm_head.weight is not untied.model.embed_tokens.weight
+    assert tied_embedding_aliases(untied) == {}
 
 
 def test_sequence_classification_takes_transformers_classifier():
@@ -191,7 +198,7 @@ def assert_same_as_transformers(wrapper, hf, *, not_loaded=()):
         assert torch.equal(our_buffers[key], buf), key
 
 
-@pytest.mark.parametrize("name", ["llama", "bert", "bert-cls", "phi", "t5", "opt", "vit"])
+@pytest.mark.parametrize("name", ["llama", "bert", "bert-cls", "phi", "opt", "vit"])
 def test_real_load_gives_transformers_state_dict(hf_clean, name):
     folder = hf_clean(name)
     wrapper = from_config(folder, device="cpu")
@@ -225,6 +232,18 @@ def test_real_load_of_gpt2_leaves_the_attention_biases_as_vllm_does(hf_clean):
     )
 
 
+def test_real_load_of_t5_leaves_its_untied_embeddings_as_vllm_0_34_does(hf_clean):
+    """vLLM 0.34.0 gives each vocabulary embedding a weight of its own: T5's encoder and decoder
+    embed_tokens no longer share `shared`'s, and no checkpoint key fills them."""
+    folder = hf_clean("t5")
+    wrapper = from_config(folder, device="cpu")
+    untied = ["model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+    assert all(wrapper.get_parameter(n) is not wrapper.model.shared.weight for n in untied)
+    loaded = wrapper.load_weights(open_checkpoint(folder).weights())
+    assert "model.shared.weight" in loaded and not set(untied) & loaded
+    assert_same_as_transformers(wrapper, hf_model("t5", folder), not_loaded=untied)
+
+
 def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(hf_clean, tmp_path):
     """The issue's case: an old BERT checkpoint with embeddings.position_ids."""
     clean = hf_clean("bert")
@@ -234,7 +253,7 @@ def test_legacy_position_ids_in_an_encoder_checkpoint_load_cleanly(hf_clean, tmp
     report = inspect_checkpoint(folder, model="hf")
     assert report.clean, report.render()
     (key,) = [k for k in report.load.keys if k.name == "embeddings.position_ids"]
-    assert (key.status, key.rule) == ("skipped", "skip_substrs 'position_ids'")
+    assert (key.status, key.rule) == ("dropped by mapper", "substr 'position_ids'")
     # the same key in a generative model's checkpoint is unexpected: no legacy skip rule there
     hf_report = inspect_checkpoint(folder, model="hf-causal")
     assert "embeddings.position_ids" in {u.name for u in hf_report.load.unexpected}

@@ -214,12 +214,13 @@ def test_shard_list_is_capped_by_limit_and_counts_in_the_singular(tmp_path, load
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     res = loadkit_cli("inspect", folder, "--limit", "3")
     assert res.returncode == 0, res.stderr
-    shards = res.stdout.split("  shards\n")[1].split("\n\n")[0].splitlines()
+    shards = res.stdout.split("  files\n")[1].split("\n\n")[0].splitlines()
     assert shards == [
         f"    {names[0]}       1 tensor         8 B",
         f"    {names[1]}       1 tensor         8 B",
         f"    {names[2]}       1 tensor         8 B",
         "    ... 22 more (--json lists them all)",
+        "  read by transformers and vllm: all 25 files (the files the index names)",
     ]
     document = json.loads(loadkit_cli("inspect", folder, "--limit", "3", "--json").stdout)
     assert len(document["checkpoint"]["files"]) == 25

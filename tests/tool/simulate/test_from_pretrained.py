@@ -25,6 +25,7 @@ from hf_cases import (
     cases,
     run_case,
 )
+from hf_layouts import layout_cases, run_layout, vllm_column
 
 REQUIRED = {
     "BartForConditionalGeneration",
@@ -103,3 +104,38 @@ def test_enough_architectures_and_mutations():
     # Each vLLM wrapper is exercised: generative, embedding and classification models.
     kinds = {ARCHS[a].cls for a, _ in cases()}
     assert {"BertModel", "BertForSequenceClassification", "LlamaForCausalLM"} <= kinds
+
+
+@pytest.mark.parametrize(("arch", "layout"), layout_cases())
+def test_folder_layouts_against_both_loaders(arch, layout, hf_clean, tmp_path):
+    """Each loader chooses its files itself: the transformers column is from_pretrained on the
+    folder (outcome, lists, what it raises); the vllm column raises where vLLM raises before
+    loading, and otherwise is transformers' verdict on exactly the tensors vLLM reads."""
+    row = run_layout(ARCHS[arch], layout, hf_clean(arch), tmp_path)
+    oracle, report = row["oracle"], row["report"]
+    column, verdict = report.from_pretrained, report.loaders["transformers"]
+    text = report.render()
+    assert (column.outcome, verdict.outcome) == (oracle.outcome, oracle.outcome), text
+    assert report.as_dict()["transformers"]["raises"] == (oracle.outcome == "raises")
+    if oracle.outcome == "raises":
+        assert column.error is not None and column.error.error == oracle.error, text
+        if oracle.error in ("OSError", "ValueError"):  # transformers' own words, quoted
+            assert column.error.message == oracle.message
+        assert f"transformers 5.24.0: would raise {oracle.error}" in text
+    else:
+        assert oracle.lists is not None
+        assert set(column.missing) == oracle.lists.missing
+        assert set(column.unexpected) == oracle.lists.unexpected
+        assert {m.name for m in column.mismatched} == oracle.lists.mismatched
+    vllm = report.loaders["vllm"]
+    if row["refused"]:  # vLLM refuses the architecture first, whatever the folder
+        assert not vllm.clean and vllm.problems == [row["refused"]], text
+    elif row["layout"].vllm_raises is not None:
+        assert not vllm.clean and any(
+            p.startswith(f"raises {row['layout'].vllm_raises}") for p in vllm.problems
+        ), text
+    else:
+        assert vllm_column(report) == row["expected_vllm"], text
+        assert vllm.clean == row["expected_vllm"].clean, text
+    # the exit status is every column's, and --json says the same
+    assert report.exit_status == (0 if vllm.clean and verdict.clean else 1)

@@ -53,6 +53,8 @@ def _same_json(theirs: str, local: str) -> None:
                                              "hub": None, "fetched": None}  # fmt: skip
     for doc in (a, b):
         doc["checkpoint"].pop("path")
+        index = doc["checkpoint"]["index"]
+        doc["checkpoint"]["index"] = index and index.rsplit("/", 1)[-1]
         for entry in (*doc["checkpoint"]["files"], *doc["checkpoint"]["tensors"]):
             entry["file"] = entry["file"].rsplit("/", 1)[-1]
         if doc["model"]:

@@ -64,6 +64,7 @@ def test_the_json_verdict_is_the_exit_status_and_the_refusal_is_vllms(llama_4_he
         "loader": "transformers",
         "version": version("transformers"),
         "clean": True,
+        "outcome": "loads",
         "problems": [],
     }
     assert doc["loaders"]["vllm"]["clean"] is False

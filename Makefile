@@ -28,6 +28,8 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 		--ignore=tests/upstream tests notebooks
+	$(BIN)/python tests/upstream/fetch.py --version 0.34.0
+	$(BIN)/python -m pytest -m fast_upstream tests/upstream
 
 # The wheel is cached outside the repo (tests/upstream/fetch.py); no index fails it, never skips.
 test-upstream: $(STAMP)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.fmt import WIDTH, format_bytes, table, wrap
-from loadkit_inspect.inspect_report import InspectReport
-from loadkit_inspect.models.registry import BUILTIN, FROM_CONFIG
+from loadkit_inspect import InspectReport
+from loadkit_inspect.models import BUILTIN, FROM_CONFIG
 from loadkit_notebooks.fates import (
     BRANCH,
     FATE_COLOURS,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from loadkit.fmt import format_bytes, plural, table
-from loadkit.pooling.probe import ProbeRecord
+from loadkit.pooling import ProbeRecord
 from loadkit_notebooks.scenario import Record, Series
 from loadkit_notebooks.show import Table
 

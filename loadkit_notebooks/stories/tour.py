@@ -14,13 +14,12 @@ from typing import Any, cast
 
 from torch import nn
 
-from loadkit.checkpoint.reader import Checkpoint
+from loadkit.checkpoint import Checkpoint
 from loadkit.fmt import WIDTH, table, wrap
-from loadkit.loading.ledger import LoadLedger
-from loadkit.loading.weight_loaders import loader_of
+from loadkit.loading import LoadLedger, loader_of
 from loadkit.mapper import WeightsMapper
 from loadkit.terms import Status
-from loadkit_inspect.report.layout import LayoutNode, build_layout
+from loadkit_inspect.report import LayoutNode, build_layout
 from loadkit_notebooks.fates import FATE_COLOURS
 
 

@@ -30,6 +30,7 @@ from loadkit.errors import require_torch
 
 require_torch(__name__)  # one line naming the extra, not "No module named torch"
 
+from loadkit.models._common import RMSNorm, rms_norm
 from loadkit.models.plamo2.checkpoint import (
     checkpoint_name,
     config_from_checkpoint,
@@ -82,10 +83,12 @@ __all__ = [
     "Plamo2ForCausalLM",
     "Plamo2MambaMixer",
     "Plamo2Model",
+    "RMSNorm",
     "checkpoint_name",
     "config_from_checkpoint",
     "convert",
     "make_checkpoint",
     "rename",
     "reorder_in_proj",
+    "rms_norm",
 ]

@@ -124,15 +124,28 @@ class Base(nn.Module):
           ``model.`` + name;
         - saved with a ``model.`` prefix that is no child: the rest;
         - an ``lm_head`` saved inside the base model: ``lm_head...``.
+
+        Each rule's origin is noted in ``mapper_rule_origins`` (the inspect report shows it).
         """
+        renaming = self._renamings()
+        regex: dict[str | re.Pattern[str], str | None] = {}
+        self._ignore_rules(regex)
+        self._prefix_rules(regex)
+        self.hf_to_vllm_mapper = WeightsMapper(
+            orig_to_new_renaming=renaming, orig_to_new_regex=regex
+        )
+
+    def _renamings(self) -> list[Any]:
+        """The ``WeightRenaming`` entries of ``_weight_conversions`` (``WeightConverter``
+        entries, merging experts or splitting qkv, are not handled upstream either: a TODO
+        there), each noted with where transformers registers it."""
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping
         from transformers.core_model_loading import WeightRenaming
 
-        model = self.model
-        cls = type(model).__name__
+        cls = type(self.model).__name__
         origins = self.mapper_rule_origins
         legacy = {renaming_label(r) for r in get_checkpoint_conversion_mapping("legacy") or ()}
-        built = {type(m).__name__ for m in model.modules()}
+        built = {type(m).__name__ for m in self.model.modules()}
         for arch in getattr(self.config, "architectures", None) or []:
             for m in get_checkpoint_conversion_mapping(arch) or () if arch not in built else ():
                 origins.setdefault(
@@ -140,63 +153,56 @@ class Base(nn.Module):
                     f"{FROM_TRANSFORMERS}: get_checkpoint_conversion_mapping({arch!r}) (a class "
                     "AutoModel did not build)",
                 )
+        renaming = [m for m in self._weight_conversions() if isinstance(m, WeightRenaming)]
+        for mapping in renaming:
+            label = renaming_label(mapping)
+            kind = "legacy renamings" if label in legacy else f"{cls}'s conversion mapping"
+            origins.setdefault(
+                ("renaming", label), f"{FROM_TRANSFORMERS}: get_model_conversion_mapping ({kind})"
+            )
+        return renaming
 
-        renaming = []
-        for mapping in self._weight_conversions():
-            # WeightConverter entries (merging experts, splitting qkv) are not handled upstream
-            # either (a TODO there): only pure renamings are taken.
-            if isinstance(mapping, WeightRenaming):
-                renaming.append(mapping)
-                label = renaming_label(mapping)
-                kind = "legacy renamings" if label in legacy else f"{cls}'s conversion mapping"
-                origins.setdefault(
-                    ("renaming", label),
-                    f"{FROM_TRANSFORMERS}: get_model_conversion_mapping ({kind})",
-                )
+    def _add_rule(
+        self,
+        regex: dict[str | re.Pattern[str], str | None],
+        pattern: str,
+        target: str | None,
+        origin: str,
+    ) -> None:
+        rx = re.compile(pattern)
+        regex[rx] = target
+        self.mapper_rule_origins[("regex", rx.pattern)] = origin
 
-        regex: dict[str | re.Pattern[str], str | None] = {}
-
-        def add(pattern: str, target: str | None, origin: str) -> None:
-            rx = re.compile(pattern)
-            regex[rx] = target
-            origins[("regex", rx.pattern)] = origin
-
+    def _ignore_rules(self, regex: dict[str | re.Pattern[str], str | None]) -> None:
+        """A rule dropping each pattern of ``_keys_to_ignore_on_load_unexpected``."""
+        model = self.model
+        origin = f"{FROM_TRANSFORMERS}: {type(model).__name__}._keys_to_ignore_on_load_unexpected"
         for key in sorted(model._keys_to_ignore_on_load_unexpected or ()):
-            add(key, None, f"{FROM_TRANSFORMERS}: {cls}._keys_to_ignore_on_load_unexpected")
+            self._add_rule(regex, key, None, origin)
 
+    def _prefix_rules(self, regex: dict[str | re.Pattern[str], str | None]) -> None:
+        """The rules that standardise the base-model prefix, and a nested ``lm_head``'s."""
+        model = self.model
+        cls = type(model).__name__
         bmp = model.base_model_prefix
         expected_bmp = r"model.\1"
         if bmp and bmp != "model":
-            add(
-                rf"^{bmp}\.(.+)",
-                expected_bmp,
-                f"{DERIVED}: a checkpoint saved under its base_model_prefix {bmp!r}",
-            )
+            origin = f"{DERIVED}: a checkpoint saved under its base_model_prefix {bmp!r}"
+            self._add_rule(regex, rf"^{bmp}\.(.+)", expected_bmp, origin)
         direct_children = chain(
             model.named_children(),
             model.named_parameters(recurse=False),
             model.named_buffers(recurse=False),
         )
         children = "|".join(name for name, _ in direct_children)
-        add(
-            rf"^(?!model\.)(({children}).*)",
-            expected_bmp,
-            f"{DERIVED}: a checkpoint saved without the base-model prefix "
-            f"(a direct child of {cls})",
+        origin = (
+            f"{DERIVED}: a checkpoint saved without the base-model prefix (a direct child of {cls})"
         )
-        add(
-            rf"^(model\.)((?!{children}).+)",
-            r"\2",
-            f"{DERIVED}: a 'model.' prefix on a name that is no child of {cls}",
-        )
-        add(
-            r"^model\.(.+\.)*(lm_head.+)",
-            r"\2",
-            "vLLM's rule: an lm_head saved inside the base model",
-        )
-        self.hf_to_vllm_mapper = WeightsMapper(
-            orig_to_new_renaming=renaming, orig_to_new_regex=regex
-        )
+        self._add_rule(regex, rf"^(?!model\.)(({children}).*)", expected_bmp, origin)
+        origin = f"{DERIVED}: a 'model.' prefix on a name that is no child of {cls}"
+        self._add_rule(regex, rf"^(model\.)((?!{children}).+)", r"\2", origin)
+        origin = "vLLM's rule: an lm_head saved inside the base model"
+        self._add_rule(regex, r"^model\.(.+\.)*(lm_head.+)", r"\2", origin)
 
     def _weight_conversions(self) -> list[Any]:
         """transformers' weight conversions for ``self.model``, and (vLLM 0.34.0) those

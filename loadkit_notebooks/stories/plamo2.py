@@ -461,6 +461,16 @@ def in_proj_figure(config: Plamo2Config, loaded_rows: Sequence[int]) -> Any:
 # --- widgets --------------------------------------------------------------------------------------
 
 
+# What each behaviour is: the code vLLM shipped (before and after #41699, both correct) or a way
+# the move could have gone wrong (never shipped: the pitfall the notebook teaches).
+ROLES = {
+    "old": "shipped, before the move",
+    "new": "shipped, after the move",
+    "moved-verbatim": "pitfall, never shipped",
+    "loose-match": "pitfall, never shipped",
+}
+
+
 def _short(name: str) -> str:
     if name in ("model.norm", "model.norm.weight"):
         return name.removeprefix("model.") + " (final)"
@@ -491,11 +501,14 @@ def behaviour_heatmap(record: Record, *, title: str, unit: str, signed: bool) ->
     labels = []
     for b in behaviours:
         bad = sum(1 for v in record.series[b].y if v)
-        labels.append(f"{b}<br>{f'{bad} wrong' if bad else 'all exact'}")
+        role = f"<br>({ROLES[b]})" if b in ROLES else ""
+        labels.append(f"{b}{role}<br>{f'{bad} wrong' if bad else 'all exact'}")
     text = [[(f"{v:+.3g}" if signed else f"{v:.3g}") if v else "" for v in row] for row in z]
     top = max((abs(v) for row in z for v in row), default=0.0) or 1.0
+    # Wrong is a warning colour either way (too low: orange, too high: red); blue means fixed
+    # in the other notebooks, so no wrong value is drawn in it.
     scale = (
-        [[0, "#2e86ab"], [0.5, "#f1f4f7"], [1, "#d1495b"]]
+        [[0, "#e36414"], [0.5, "#f1f4f7"], [1, "#d1495b"]]
         if signed
         else [[0, "#f1f4f7"], [1, "#d1495b"]]
     )
@@ -517,7 +530,7 @@ def behaviour_heatmap(record: Record, *, title: str, unit: str, signed: bool) ->
             hovertemplate="%{y}<br>%{x}<br>" + unit + ": %{z}<extra></extra>",
         )
     )
-    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=130, margin_l=230)
+    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=150, margin_l=230)
     return fig
 
 

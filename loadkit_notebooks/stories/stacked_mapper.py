@@ -67,20 +67,28 @@ def _discrete(colours: Sequence[str]) -> list[list[Any]]:
 
 
 def mapping_figure(traces: Mapping[str, Mapping[str, MapTrace]]) -> Any:
-    """Every key (rows) under each behaviour (columns): its mapped name and shard id in the cell,
-    grey when no stacked rule fired, blue when one did, red where a rule re-matched another's
-    output. ``traces`` is behaviour -> checkpoint key -> ``mapper.trace(key)``."""
+    """The keys a stacked rule touched (rows) under each behaviour (columns): the mapped name and
+    shard id in the cell, blue where one rule fired, red where a rule re-matched another's
+    output; one last grey row for every other key (no stacked rule fires: the same name both
+    ways). ``traces`` is behaviour -> checkpoint key -> ``mapper.trace(key)``."""
     from loadkit_notebooks.viz import base_figure
 
     behaviours = list(traces)
-    keys = list(traces[behaviours[0]])
+    every = list(traces[behaviours[0]])
+    keys = [k for k in every if any(_code(traces[b][k]) != UNCHANGED for b in behaviours)]
     z = [[_code(traces[b][k]) for b in behaviours] for k in keys]
     text = [[_cell(traces[b][k]) for b in behaviours] for k in keys]
+    rows = [short(k) for k in keys]
+    others = len(every) - len(keys)
+    if others:
+        rows.append(f"{others} other keys")
+        z.append([UNCHANGED] * len(behaviours))
+        text.append(["no stacked rule: unchanged"] * len(behaviours))
     rematched = {b: sum(_code(t) == REMATCHED for t in traces[b].values()) for b in behaviours}
     counts = ", ".join(f"{b}: {n}" for b, n in rematched.items())
     fig = base_figure(
-        f"Every checkpoint key, mapped: red where a rule matched another's output ({counts})",
-        height=120 + 21 * len(keys),
+        f"The keys a stacked rule maps: red where a rule matched another's output ({counts})",
+        height=130 + 24 * len(rows),
         margin={"l": 300, "r": 20, "t": 60, "b": 30},
     )
     import plotly.graph_objects as go
@@ -89,7 +97,7 @@ def mapping_figure(traces: Mapping[str, Mapping[str, MapTrace]]) -> Any:
         go.Heatmap(
             name="mapped name",
             x=behaviours,
-            y=[short(k) for k in keys],
+            y=rows,
             z=z,
             text=text,
             texttemplate="%{text}",
@@ -141,9 +149,12 @@ def load_record(
     rows: Mapping[str, Sequence[str | None]],
     error: BaseException | None,
     loaded: set[str] | None,
+    *,
+    refused: Sequence[str] | None = None,
 ) -> Record:
     """One load's outcome: ``rows`` is ``vision_tower.qkv_rows(model, checkpoint)`` after it,
-    ``error`` what ``load_weights`` raised (or None), ``loaded`` what it returned."""
+    ``error`` what ``load_weights`` raised (or None), ``loaded`` what it returned, ``refused``
+    what vLLM 0.34.0's ``track_weights_loading`` then refuses (``loadkit.loading.track``)."""
     params = list(rows)
     depth = max(len(r) for r in rows.values())
     z = [[HOLDS[_shard(rows[p][i])] for p in params] for i in range(depth)]
@@ -165,6 +176,11 @@ def load_record(
     }
     if error is not None:
         record.outcome["error"] = f"{type(error).__name__}: {_first_sentence(error)}"
+    if refused is not None:
+        shown = ", ".join(short(r) for r in refused[:4]) + (", ..." if len(refused) > 4 else "")
+        record.outcome["vLLM 0.34.0's check after the load"] = (
+            f"refuses it: missing {shown}" if refused else "passes"
+        )
     return record
 
 
@@ -229,9 +245,12 @@ def rows_figure(record: Record) -> Any:
         ygap=1,
     )
     assert s.text is not None
+    third = len(s.text) // 3  # rows 0.., third.., 2*third..: where q, k and v belong
     for col, x in enumerate(s.x):
         for first, last, label in runs([row[col] for row in s.text]):
             shown = label if label == NOT_LOADED else f"{label[0]}_proj rows {label[2:]}"
+            if label == NOT_LOADED and last - first + 1 <= third:
+                shown = f"{'qkv'[first // third]}_proj's rows: never filled"
             fig.add_annotation(
                 x=x,
                 y=(first + last) / 2,

@@ -89,7 +89,13 @@ def test_outcomes(loads, reference):
 def test_the_map_shows_every_loader_and_only_the_wrong_rows(loads, reference):
     fig = story.deviation_figure(story.deviation_map(loads, reference))
     (trace,) = fig.data
-    assert [x.split("<br>")[1] for x in trace.x] == ["all exact", "all exact", "1 wrong", "5 wrong"]
+    assert [x.split("<br>")[-1] for x in trace.x] == [
+        "all exact",
+        "all exact",
+        "1 wrong",
+        "5 wrong",
+    ]
+    assert [x.split("<br>")[1] for x in trace.x] == [f"({story.ROLES[b]})" for b in story.ROLES]
     assert list(trace.y)[-1] == "24 others: exact everywhere" and len(trace.y) == 7
     cells = {
         (r, c): v
@@ -114,7 +120,13 @@ def test_forward_record_changes_exactly_the_wrong_norms(loads, reference):
     # Final norm weight w vs w + 1 on a normalised input: the output shifts by x / rms(x).
     assert rec.series["moved-verbatim"].y[-1] > 1.0
     (trace,) = story.forward_figure(rec).data
-    assert [x.split("<br>")[1] for x in trace.x] == ["all exact", "all exact", "1 wrong", "5 wrong"]
+    assert [x.split("<br>")[-1] for x in trace.x] == [
+        "all exact",
+        "all exact",
+        "1 wrong",
+        "5 wrong",
+    ]
+    assert [x.split("<br>")[1] for x in trace.x] == [f"({story.ROLES[b]})" for b in story.ROLES]
 
 
 def test_lm_head_overwrite(nb):

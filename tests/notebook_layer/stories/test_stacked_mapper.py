@@ -20,10 +20,12 @@ def traces():
     return {b: {n: m.trace(n) for n in CK.tensors} for b, m in mappers.items()}
 
 
-def test_mapping_figure_marks_the_rematches_red_and_names_every_key():
+def test_mapping_figure_shows_the_mapped_keys_and_one_row_for_the_rest():
     fig = story.mapping_figure(traces())
     (heat,) = fig.data
-    assert list(heat.x) == ["old", "new"] and len(heat.y) == len(CK.tensors) == 37
+    assert list(heat.x) == ["old", "new"] and len(heat.y) == 13 and len(CK.tensors) == 37
+    assert heat.y[-1] == "25 other keys" and list(heat.z[-1]) == [story.UNCHANGED] * 2
+    assert fig.layout.height <= 500  # within a screen (issue 39: it was 897 px, 25 rows grey)
     z = [list(row) for row in heat.z]
     rematched = [y for y, row in zip(heat.y, z, strict=True) if row[0] == story.REMATCHED]
     assert rematched == [f"layers.{i}.self_attn.{p}_proj.{k}" for i in (0, 1) for p in "kq"

@@ -363,7 +363,6 @@ WHOLE_TOOL_TESTS = {"test_torch_optional.py", "test_transformers_optional.py"}
 UNTESTED_TOOL_MODULES = {
     "loadkit_inspect.casts",
     "loadkit_inspect.cli.arguments",
-    "loadkit_inspect.models.hf",
     "loadkit_inspect.options",
     "loadkit_inspect.simulate.observer",
     "loadkit_inspect.simulate.outcome",
@@ -374,7 +373,7 @@ UNTESTED_TOOL_MODULES = {
     "loadkit_inspect.tensor_parallel.share",
 }
 # Library test files that test several modules together, named for what they test together.
-LIBRARY_INTEGRATION_TESTS = {"test_direct_and_plan.py", "test_hf_backend.py"}
+LIBRARY_INTEGRATION_TESTS = {"test_direct_and_plan.py"}
 # Library modules with logic that have no test file named after them yet; the list may only shrink.
 UNTESTED_LIBRARY_MODULES = {
     "loadkit",
@@ -411,13 +410,7 @@ UNTESTED_LIBRARY_MODULES = {
     "loadkit.models.plamo2.config",
     "loadkit.models.plamo2.model",
     "loadkit.models.plamo2.skips",
-    "loadkit.models.transformers",
-    "loadkit.models.transformers.base",
-    "loadkit.models.transformers.causal",
     "loadkit.models.transformers.config",
-    "loadkit.models.transformers.legacy",
-    "loadkit.models.transformers.pooling",
-    "loadkit.models.transformers.wrappers",
     "loadkit.parallel.checks",
     "loadkit.parallel.fused_moe",
     "loadkit.parallel.holdings",

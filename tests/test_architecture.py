@@ -377,8 +377,6 @@ LIBRARY_INTEGRATION_TESTS = {"test_direct_and_plan.py"}
 # Library modules with logic that have no test file named after them yet; the list may only shrink.
 UNTESTED_LIBRARY_MODULES = {
     "loadkit",
-    "loadkit.checkpoint.merge",
-    "loadkit.checkpoint.shards",
     "loadkit.errors",
     "loadkit.executor.results",
     "loadkit.executor.worker",

@@ -419,10 +419,11 @@ def _total_size(
 
 
 def _unindexed(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> list[IndexProblem]:
-    """A note for each ``*.safetensors`` file beside the index that it does not name."""
+    """A note for each ``*.safetensors`` file beside the index that it does not name (one that
+    cannot be read has its own note, and no loader reads it)."""
     problems = []
-    for shard in layout.others:
-        n = len(headers.get(shard, {}))
+    for shard in [s for s in layout.others if s in headers]:
+        n = len(headers[shard])
         who = "loaders never read it"
         if fnmatch.fnmatch(os.path.basename(shard), "consolidated*.safetensors"):
             who = (

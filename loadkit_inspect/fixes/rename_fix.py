@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError, printable
 from loadkit_inspect.fixes.renames import Named, pair_renames
-from loadkit_inspect.fixes.suggest import Suggestion, infer_rules, mapper_json
+from loadkit_inspect.fixes.suggest import (
+    Rule,
+    Suggestion,
+    find_shifts,
+    infer_rules,
+    mapper_json,
+    renumberings,
+)
 from loadkit_inspect.report.text import capped
 
 if TYPE_CHECKING:
@@ -143,22 +150,43 @@ def default_dst(src: str) -> str:
 
 def rename_rules(fp: Any, infos: Sequence[TensorInfo]) -> list[Suggestion]:
     """Rules that rename the keys ``from_pretrained`` leaves unused into the tensors it leaves
-    at random, as pairs of checkpoint key and transformers' name (``[]``: none explains two
-    pairs or more). ``fp``: its simulated lists (a ``simulate.from_pretrained.FromPretrained``:
-    ``unexpected``, ``missing``, their ``shapes``, the keys it ``renamed``)."""
+    at random (``[]``: none explains two pairs or more). ``fp``: its simulated lists (a
+    ``simulate.from_pretrained.FromPretrained``: ``unexpected``, ``missing``, their ``shapes``,
+    the keys it ``renamed``). Numbered siblings off by a constant get one rule per number
+    (``suggest.find_shifts``); a rule that would move siblings unevenly (layer 6 into layer 0
+    while 1-5 keep their numbers) is never offered (``suggest.renumberings``)."""
+    looked_up = {i.name: fp.renamed.get(i.name, i.name) for i in infos}
+    unexpected = set(fp.unexpected)
+    model_names = [*fp.missing, *(n for n in looked_up.values() if n not in unexpected)]
+    shifts = [s for s in find_shifts(looked_up, model_names) if s.anchor is not None]
+    shifted = tuple(s.context + "." for s in shifts)
+    suggestions = [_shift_suggestion(rule, looked_up) for s in shifts for rule in s.rules()]
     original = {v: k for k, v in fp.renamed.items()}
     by_name = {i.name: i for i in infos}
     unused = []
     for name in fp.unexpected:
-        key = original.get(name, name)
-        info = by_name.get(key)
-        if info is not None:
-            unused.append(Named(key, key, info.numel, tuple(info.shape)))
+        info = by_name.get(original.get(name, name))
+        if info is not None and not looked_up[info.name].startswith(shifted):
+            unused.append(Named(info.name, info.name, info.numel, tuple(info.shape)))
     missing = [
-        Named(m, m, math.prod(fp.shapes[m]), fp.shapes[m]) for m in fp.missing if m in fp.shapes
+        Named(m, m, math.prod(fp.shapes[m]), fp.shapes[m])
+        for m in fp.missing
+        if m in fp.shapes and not m.startswith(shifted)
     ]
     pairs = pair_renames(unused, missing)
-    return infer_rules((key, tensor) for tensor, key in pairs.items())
+    inferred = infer_rules((key, tensor) for tensor, key in pairs.items())
+    return suggestions + [s for s in inferred if not _scrambles(s, looked_up)]
+
+
+def _shift_suggestion(rule: Rule, looked_up: dict[str, str]) -> Suggestion:
+    """A shift's rule for one number, with the keys it renames."""
+    return Suggestion(rule, [(k, rule.apply(k)) for k in looked_up if rule.apply(k) != k])
+
+
+def _scrambles(suggestion: Suggestion, looked_up: dict[str, str]) -> bool:
+    """Would the rule move numbered siblings unevenly?"""
+    after = {k: suggestion.rule.apply(k) for k in looked_up}
+    return bool(renumberings({k: k for k in looked_up}, after))
 
 
 def rules_json(suggestions: Sequence[Suggestion]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.loadkit-installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test test-deep test-upstream setup lint data clean notebooks
+.PHONY: lab test test-deep test-upstream upstream-drift setup lint data clean notebooks
 
 setup: $(STAMP)
 
@@ -28,11 +28,20 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 		--ignore=tests/upstream tests notebooks
+	$(BIN)/python tests/upstream/fetch.py --version 0.34.0
+	$(BIN)/python -m pytest -m fast_upstream tests/upstream
 
 # The wheel is cached outside the repo (tests/upstream/fetch.py); no index fails it, never skips.
 test-upstream: $(STAMP)
 	$(BIN)/python tests/upstream/fetch.py
 	$(BIN)/python -m pytest tests/upstream
+
+# make upstream-drift VLLM=X.Y.Z [SINCE=A.B.C]: which upstream functions loadkit mirrors changed
+# since the pinned reference (or SINCE), then the differential suite against X.Y.Z, counted
+# per property (tests/upstream/drift.py; docs/fidelity.md).
+upstream-drift: $(STAMP)
+	@test -n "$(VLLM)" || { echo "make upstream-drift: say which release, VLLM=X.Y.Z" >&2; exit 2; }
+	$(BIN)/python tests/upstream/drift.py $(VLLM) $(if $(SINCE),--since $(SINCE),)
 
 # make test's property tests with random seeds and ten times the examples (tests/conftest.py).
 # pytest's exit 5 (nothing collected) is an error here, not a silent pass.

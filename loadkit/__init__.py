@@ -26,6 +26,7 @@ _EXPORTS = {
     "Checkpoint": "loadkit.checkpoint.reader",
     "Plamo2Config": "loadkit.models.plamo2",
     "Plamo2ForCausalLM": "loadkit.models.plamo2",
+    "dyadic_uniform": "loadkit.models.dyadic",
     "as_pooling_model": "loadkit.pooling.adapter",
     "ProbeRecord": "loadkit.pooling.probe",
     "predict_probe": "loadkit.pooling.probe",

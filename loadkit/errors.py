@@ -18,6 +18,7 @@ __all__ = [
     "ExcessiveLoadWarning",
     "HeaderError",
     "HeaderProblem",
+    "LayerAsParameterError",
     "LoadkitError",
     "MapperConfigError",
     "MissingExtraError",
@@ -178,6 +179,27 @@ class UnknownNameError(LoadkitError):
         if self.suggestions:
             msg += " Nearest existing names: " + ", ".join(f"'{s}'" for s in self.suggestions)
         super().__init__(msg)
+
+
+class LayerAsParameterError(LoadkitError):
+    """A stacked layer (``qkv_proj``, ``gate_up_proj``) handed a name it has no parameter for
+    (a ``k_scale`` of an unquantized model): vLLM 0.34.0 passes the layer itself to its
+    ``weight_loader`` in the parameter's place (``getattr(self, name, self)``), which fails.
+
+    >>> str(LayerAsParameterError("model.layers.0.self_attn.qkv_proj.k_scale", "QKVParallelLinear"))
+    "'model.layers.0.self_attn.qkv_proj.k_scale': QKVParallelLinear has no parameter of that \
+name; vLLM 0.34.0 hands the layer itself to its weight_loader, which fails (AttributeError: \
+'QKVParallelLinear' object has no attribute 'data')"
+    """
+
+    def __init__(self, name: str, layer: str) -> None:
+        self.name = name
+        self.layer = layer
+        super().__init__(
+            f"'{name}': {layer} has no parameter of that name; vLLM 0.34.0 hands the layer "
+            f"itself to its weight_loader, which fails (AttributeError: '{layer}' object has no "
+            "attribute 'data')"
+        )
 
 
 class NestedWeightError(LoadkitError):

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from loadkit_inspect.sources.files import FileChoice
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
+# What the notebook layer takes: a loader's verdict and the report's first line.
+__all__ = ["LoaderVerdict", "headline"]
+
 VLLM = "vllm"
 TRANSFORMERS = "transformers"
 ALL = "all"

@@ -66,16 +66,22 @@ class LoadRules(NamedTuple):
                 return pattern
         return None
 
-    def skipped(self, key: str) -> str | None:
-        """The rule by which ``skip_prefixes`` skips checkpoint key ``key`` by its own name (the
-        root AutoWeightsLoader tests the name after the mapper itself), or ``None``.
+    def skipped(self, key: str, mapped: str | None = None) -> str | None:
+        """The rule by which ``skip_prefixes`` skips checkpoint key ``key``: by the name the
+        mapper gave it (``mapped``), else by its own name; or ``None``.
 
-        >>> LoadRules(skip_prefixes=("bert.pooler.",)).skipped("bert.pooler.dense.bias")
-        "skip_prefixes 'bert.pooler.' (checkpoint name)"
+        vLLM 0.29.0 dropped its loader's ``skip_prefixes``; this option does what a mapper
+        rule to ``None`` would (``orig_to_new_prefix={"bert.pooler.": None}``), on either name.
+
+        >>> rules = LoadRules(skip_prefixes=("bert.pooler.",))
+        >>> rules.skipped("bert.pooler.dense.bias"), rules.skipped("p.x", "bert.pooler.x")
+        ("skip_prefixes 'bert.pooler.' (checkpoint name)", "skip_prefixes 'bert.pooler.'")
         """
-        for p in self.skip_prefixes:
-            if key.startswith(p):
-                return f"skip_prefixes {p!r} (checkpoint name)"
+        named = [(mapped, "")] if mapped is not None else []
+        for name, said in [*named, (key, " (checkpoint name)")]:
+            for p in self.skip_prefixes:
+                if name.startswith(p):
+                    return f"skip_prefixes {p!r}{said}"
         return None
 
     def ignored(self, key: str, *mapped: str | None) -> str | None:

@@ -675,11 +675,6 @@ def _gpt2_attn_bias(arch: Arch, hf: Verdict, keys: list[str]) -> Verdict:
     return replace(hf, missing=hf.missing | dropped)
 
 
-def _neox_embed_out(arch: Arch, hf: Verdict, keys: list[str]) -> Verdict:
-    head = {k for k in keys if k.startswith("embed_out.")}
-    return replace(hf, missing=hf.missing | {"lm_head.weight"}, unexpected=hf.unexpected | head)
-
-
 def _unexpected_keys(*names: str) -> Callable[[Arch, Verdict, list[str]], Verdict]:
     """Checkpoint keys ending in one of ``names`` (wherever saved) are unexpected."""
 
@@ -717,6 +712,14 @@ FINAL_LOGITS_BIAS = Difference(
     _unexpected_keys("final_logits_bias"),
 )
 
+UNTIED_EMBEDDINGS = Difference(
+    "vLLM 0.34.0 replaces each vocabulary `nn.Embedding` by a `VocabParallelEmbedding` with a "
+    "weight of its own (`recursive_replace`); transformers ties the encoder's and the decoder's "
+    "`embed_tokens` to `shared` with distinct modules, so in vLLM they are two more parameters "
+    "no checkpoint key fills: missing (0.28.0 re-tied them through `set_input_embeddings`).",
+    _missing_params("encoder.embed_tokens.", "decoder.embed_tokens."),
+)
+
 KNOWN_DIFFERENCES: dict[str, Difference] = {
     "gpt2": Difference(
         "GPT2's `_keys_to_ignore_on_load_unexpected` holds the regex `attn.bias`; vLLM turns "
@@ -726,15 +729,23 @@ KNOWN_DIFFERENCES: dict[str, Difference] = {
         "filters keys that are already unexpected.",
         _gpt2_attn_bias,
     ),
-    "gpt-neox": Difference(
-        "GPT-NeoX checkpoints name the head `embed_out`; transformers renames it to `lm_head` by "
-        "a rule registered for `GPTNeoXForCausalLM`. vLLM asks for the conversion mapping of "
-        "the base model it builds (`GPTNeoXModel`), which has no such rule: `embed_out.weight` "
-        "is unexpected and `lm_head.weight` is never filled (vLLM stricter).",
-        _neox_embed_out,
+    "bart": Difference(
+        f"{FINAL_LOGITS_BIAS.why} {UNTIED_EMBEDDINGS.why}",
+        lambda arch, hf, keys: UNTIED_EMBEDDINGS.apply(  # type: ignore[misc]
+            arch,
+            FINAL_LOGITS_BIAS.apply(arch, hf, keys),
+            keys,  # type: ignore[misc]
+        ),
     ),
-    "bart": FINAL_LOGITS_BIAS,
-    "mbart": FINAL_LOGITS_BIAS,
+    "mbart": Difference(
+        f"{FINAL_LOGITS_BIAS.why} {UNTIED_EMBEDDINGS.why}",
+        lambda arch, hf, keys: UNTIED_EMBEDDINGS.apply(  # type: ignore[misc]
+            arch,
+            FINAL_LOGITS_BIAS.apply(arch, hf, keys),
+            keys,  # type: ignore[misc]
+        ),
+    ),
+    "t5": UNTIED_EMBEDDINGS,
     "deberta-v2": Difference(
         "DebertaV2's `_keys_to_ignore_on_load_unexpected` holds `position_embeddings`; vLLM "
         "drops every key the pattern finds, so the model's own "
@@ -785,9 +796,9 @@ MUTATION_DIFFERENCES: dict[str, Difference] = {
 # One mutation of one architecture.
 CASE_DIFFERENCES: dict[tuple[str, str], Difference] = {
     ("whisper", "tied head saved"): Difference(
-        "A tied model's `lm_head.` keys are skipped by vLLM's causal wrapper (CausalMixin), "
-        "whatever the head is called in transformers; Whisper's head is `proj_out`, so "
-        "transformers calls a saved `lm_head.weight` unexpected.",
+        "A tied model's `lm_head.weight` is skipped by vLLM's AutoWeightsLoader (an alias of "
+        "the tied embedding), whatever the head is called in transformers; Whisper's head is "
+        "`proj_out`, so transformers calls a saved `lm_head.weight` unexpected.",
         lambda arch, hf, keys: replace(
             hf, unexpected=frozenset(u for u in hf.unexpected if not u.startswith("lm_head."))
         ),

@@ -9,7 +9,7 @@ config) into a variant: a renamed prefix, a dropped tensor, a dropped expert, fu
 where per-expert ones are expected and the reverse, a transposed matrix, an extra head, a tied
 head flipped, layers shifted, ...
 
-``tests/tool/test_native_models.py`` holds loadkit's verdict on each against what vLLM 0.34.0
+``tests/tool/test_loaders_native.py`` holds loadkit's verdict on each against what vLLM 0.34.0
 would do; ``tests/upstream/test_native_upstream.py`` runs the wheel's own ``load_weights`` on
 loadkit's module tree over the same files.
 """

@@ -1,9 +1,16 @@
-"""``AutoWeightsLoader``: recursive loading by the module tree.
+"""``AutoWeightsLoader``: recursive loading by the module tree, as vLLM 0.34.0 walks it.
 
 The stream is walked by the first name component. Runs of consecutive names with the same first
 component form a group; a child module with its own ``load_weights`` receives its group with the
 prefix stripped, anything else recurses down to parameters. Internally each item carries its
 ledger entry so every checkpoint name ends up accounted for.
+
+What is not loaded, since vLLM 0.29.0 (PR #53106): a name a mapper rule maps to ``None`` (the
+caller's mapper, merged with ``REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER``, which drops the rotary
+buffers some checkpoints carry), and an alias of a tied word embedding (``lm_head.weight`` when
+it is ``model.embed_tokens.weight``), skipped automatically. The ``skip_prefixes`` /
+``skip_substrs`` lists of vLLM 0.28.0 and before live with bug 2's story
+(``loadkit.models.plamo2.skips.AutoWeightsLoaderWithSkips``).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,12 +29,13 @@ from loadkit.errors import (
 )
 from loadkit.loading.ledger import CheckpointEntry, LoadLedger, remember
 from loadkit.loading.observe import LoadObserver
-from loadkit.loading.tensors import loadable_tensors, qualname
+from loadkit.loading.tensors import loadable_tensors, qualname, tied_embedding_aliases
 from loadkit.loading.weight_loaders import load_param, set_weight_attrs, weight_source
 from loadkit.mapper import WeightsMapper, rule_text
 from loadkit.terms import Status
 
 BIAS_RULE = "upstream's '.bias' suffix rule"
+ROTARY_RULE = "AutoWeightsLoader's rotary mapper"
 
 ROTARY_EMBEDS_UNUSED_WEIGHTS = (
     "rotary_pos_emb.inv_freq",
@@ -43,33 +52,37 @@ class AutoWeightsLoader:
 
     Args:
         module: the root module.
-        skip_prefixes: names (after the mapper) starting with one of these are skipped.
-        skip_substrs: names containing one of these are skipped (the rotary buffers always are).
         ignore_unexpected_prefixes: a name the module does not have is ignored, not an error,
             when it starts with one of these...
-        ignore_unexpected_suffixes: ...or ends with one of these.
+        ignore_unexpected_suffixes: ...or ends with one of these (``".bias"`` always is).
         observer: a ``loadkit.loading.observe.LoadObserver`` that follows the load (``None``: the
             one of the enclosing ``observing`` scope, if any).
 
+    A weight is not loaded when the mapper drops it (a rule mapping to ``None``; the rotary
+    buffers always are) or when it names an alias of a tied word embedding (``aliased_params``).
     The caller's lists are copied, never changed. After ``load_weights``, ``self.ledger``
     accounts for every checkpoint name and every model tensor.
 
+    >>> from loadkit import WeightsMapper
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False))
-    >>> loader = AutoWeightsLoader(model, skip_prefixes=["lm_head."])
-    >>> loader.load_weights([("0.weight", torch.eye(2)), ("lm_head.weight", torch.eye(2))])
+    >>> loader = AutoWeightsLoader(model)
+    >>> drop_head = WeightsMapper(orig_to_new_prefix={"lm_head.": None})
+    >>> weights = [("0.weight", torch.eye(2)), ("lm_head.weight", torch.eye(2))]
+    >>> loader.load_weights(weights, mapper=drop_head)
     {'0.weight'}
-    >>> [(e.name, e.status) for e in loader.ledger.entries]
-    [('0.weight', 'loaded'), ('lm_head.weight', 'skipped')]
+    >>> [(e.name, e.status, e.rule) for e in loader.ledger.entries]
+    [('0.weight', 'loaded', None), ('lm_head.weight', 'dropped by mapper', "prefix 'lm_head.'")]
     """
 
-    ROTARY_EMBEDS_UNUSED_WEIGHTS = ROTARY_EMBEDS_UNUSED_WEIGHTS
+    # Checkpoints trained with early ColossalAI or quantised by GPTQModel carry these buffers.
+    REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER = WeightsMapper(
+        orig_to_new_substr=dict.fromkeys(ROTARY_EMBEDS_UNUSED_WEIGHTS)
+    )
 
     def __init__(
         self,
         module: nn.Module,
         *,
-        skip_prefixes: list[str] | None = None,
-        skip_substrs: list[str] | None = None,
         ignore_unexpected_prefixes: list[str] | None = None,
         ignore_unexpected_suffixes: list[str] | None = None,
         observer: LoadObserver | None = None,
@@ -77,27 +90,29 @@ class AutoWeightsLoader:
         self.module = module
         self.observer = observer  # None: the scope's (loadkit.loading.observe.observing)
         # Copies: upstream extends the caller's lists in place, which leaks rules between models.
-        self.skip_prefixes = list(skip_prefixes or [])
-        self.skip_substrs = list(skip_substrs or []) + list(ROTARY_EMBEDS_UNUSED_WEIGHTS)
         self.ignore_unexpected_prefixes = list(ignore_unexpected_prefixes or [])
         self.ignore_unexpected_suffixes = list(ignore_unexpected_suffixes or [])
+        # Two names of one tied embedding would write one storage twice: the first name
+        # reached in module order loads, the others are skipped.
+        self.aliased_params = tied_embedding_aliases(module)
         self.ledger: LoadLedger | None = None
 
     # --- rules ---
 
     def _skip_rule(self, qualname: str) -> str | None:
-        for p in self.skip_prefixes:
-            if qualname.startswith(p):
-                return f"skip_prefixes {p!r}"
-        for s in self.skip_substrs:
-            if s in qualname:
-                kind = (
-                    "rotary, always skipped"
-                    if s in ROTARY_EMBEDS_UNUSED_WEIGHTS
-                    else "skip_substrs"
-                )
-                return f"{kind} {s!r}"
+        """Why ``qualname`` (a weight's full name, or a parameter's) is skipped, if it is."""
+        first = self.aliased_params.get(qualname)
+        return None if first is None else f"tied embedding: an alias of {first!r}"
+
+    def _skip_module_rule(self, qualname: str) -> str | None:
+        """Why a whole group under ``qualname`` is skipped: never, since vLLM 0.29.0 (the
+        aliases are parameter names)."""
         return None
+
+    def _builtin_mapper(self, mapper: WeightsMapper | None) -> WeightsMapper:
+        """The caller's mapper with the loader's own rules: upstream merges the rotary mapper
+        into every load (after a quantisation config's, which loadkit has not)."""
+        return (mapper or WeightsMapper()) | self.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER
 
     def _ignore_rule(self, qualname: str) -> str | None:
         for p in self.ignore_unexpected_prefixes:
@@ -115,22 +130,36 @@ class AutoWeightsLoader:
     # --- the walk ---
 
     def _entries(
-        self, weights: Iterable[tuple[str, torch.Tensor]], mapper: WeightsMapper | None
+        self, weights: Iterable[tuple[str, torch.Tensor]], mapper: WeightsMapper, own: set
     ) -> Iterator[Item]:
+        """Each weight with its ledger entry, mapped (``own``: the loader's built-in rules, for
+        the ledger's word on who dropped a name)."""
         ledger = self.ledger
         assert ledger is not None
+        for transform in mapper.weights_transforms:
+            weights = transform(weights)
         for name, tensor in weights:
             entry = ledger.add(name, tensor)
-            if mapper is not None:
-                trace = mapper.trace(name)
-                if trace.result is None:
-                    step = trace.dropped_by
-                    entry.status = Status.MAPPER_DROPPED
-                    entry.rule = rule_text(step.stage, step.rule) if step else "mapper"
-                    continue
-                if trace.shard_id is not None:
-                    set_weight_attrs(tensor, {"shard_id": trace.shard_id})
-                name = trace.result
+            trace = mapper.trace(name)
+            if trace.result is None:
+                step = trace.dropped_by
+                entry.status = Status.MAPPER_DROPPED
+                entry.rule = rule_text(step.stage, step.rule) if step else "mapper"
+                if step and (step.stage, step.rule) in own:
+                    entry.rule = f"{entry.rule} ({ROTARY_RULE})"
+                continue
+            yield from self._shards(trace.result, tensor, trace.shard_id, entry)
+
+    def _shards(self, name: str, tensor: torch.Tensor, shard_id: Any, entry: CheckpointEntry):
+        """The mapped weight, once per shard id (a list loads one tensor into several), each
+        past the skip rules."""
+        ledger = self.ledger
+        assert ledger is not None
+        shard_ids = shard_id if isinstance(shard_id, list) else [shard_id]
+        for i, one_id in enumerate(shard_ids):
+            one = tensor if i == 0 else tensor.detach()  # the same storage, its own shard_id
+            if one_id is not None:
+                set_weight_attrs(one, {"shard_id": one_id})
             entry.mapped = name
             rule = self._skip_rule(name)
             if not rule and ledger.observer is not None:
@@ -138,7 +167,7 @@ class AutoWeightsLoader:
             if rule:
                 entry.status, entry.rule = Status.SKIPPED, rule
                 continue
-            yield name, tensor, entry
+            yield name, one, entry
 
     @staticmethod
     def _groupby_prefix(items: Iterable[Item]) -> Iterator[tuple[str, Iterator[Item]]]:
@@ -231,7 +260,7 @@ class AutoWeightsLoader:
         for head, group in self._groupby_prefix(items):
             qual = qualname(prefix, head)
             if head in children:
-                rule = self._skip_rule(qual + ".")
+                rule = self._skip_module_rule(qual)
                 if rule:
                     self._mark(group, Status.SKIPPED, rule)
                     continue
@@ -243,7 +272,7 @@ class AutoWeightsLoader:
                     continue
                 yield from self._load_param(qual, tensors[head], group)
             else:
-                rule = self._skip_rule(qual + ".") or self._skip_rule(qual)
+                rule = self._skip_module_rule(qual) or self._skip_rule(qual)
                 if rule:
                     self._mark(group, Status.SKIPPED, rule)
                     continue
@@ -277,7 +306,8 @@ class AutoWeightsLoader:
 
         Args:
             weights: ``(checkpoint name, tensor)`` pairs, read lazily.
-            mapper: maps each name first (``WeightsMapper.apply``), if given.
+            mapper: maps each name first (``WeightsMapper.apply``), if given; merged with
+                ``REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER``.
 
         Returns:
             The fully qualified names loaded (never the skipped or ignored ones). A name the
@@ -293,4 +323,7 @@ class AutoWeightsLoader:
         remember(self.module, self.ledger)
         if self.ledger.observer is not None:
             mapper = self.ledger.observer.loading(self, mapper)
-        return set(self._load_module("", self.module, self._entries(weights, mapper)))
+        own = {(stage, rule) for stage, rule, _ in self._builtin_mapper(None).rules()}
+        own -= {(stage, rule) for stage, rule, _ in (mapper.rules() if mapper else ())}
+        items = self._entries(weights, self._builtin_mapper(mapper), own)
+        return set(self._load_module("", self.module, items))

@@ -53,7 +53,7 @@ class LoadObserver:
     ) -> WeightsMapper | None:
         """An ``AutoWeightsLoader`` starts a load with ``mapper``; returns the mapper to use. The
         observer may also add rules to this AutoWeightsLoader's own lists
-        (``auto_loader.skip_prefixes``...)."""
+        (``auto_loader.ignore_unexpected_prefixes``...)."""
         return mapper
 
     def skipped(self, auto_loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:

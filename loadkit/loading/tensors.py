@@ -3,6 +3,9 @@
 One definition for every part that asks (``AutoWeightsLoader`` per module, the ledger and the
 dry load for a whole model), and the one way names are joined to their module's path.
 Layerwise reload counts differently on purpose (every direct buffer, as upstream does).
+
+Also which names are aliases of a tied word embedding (``tied_embedding_aliases``), the names
+``AutoWeightsLoader`` skips since vLLM 0.29.0.
 """
 
 from __future__ import annotations
@@ -52,3 +55,45 @@ def loadable_tensors(module: nn.Module, *, recurse: bool = True) -> dict[str, to
             seen.add(id(tensor))
             out[name] = tensor
     return out
+
+
+class VocabEmbedding(nn.Module):
+    """A module holding a vocabulary's rows: what vLLM calls a ``VocabParallelEmbedding`` (its
+    ``ParallelLMHead`` among them). ``loadkit.parallel.VocabParallelEmbedding`` is one; so is
+    every ``torch.nn.Embedding`` (``VOCAB_EMBEDDINGS``)."""
+
+
+# Upstream's check is isinstance(module, VocabParallelEmbedding); its Transformers backend puts
+# one in place of the input embedding. loadkit keeps transformers' nn.Embedding there, so an
+# nn.Embedding counts too (docs/fidelity.md).
+VOCAB_EMBEDDINGS: tuple[type[nn.Module], ...] = (nn.Embedding, VocabEmbedding)
+
+
+def tied_embedding_aliases(module: nn.Module) -> dict[str, str]:
+    """Each name of a tied word-embedding parameter after its first -> that first name.
+
+    vLLM 0.34.0's ``_get_tied_embedding_params``: over every vocabulary embedding
+    (``VOCAB_EMBEDDINGS``) in module order, a parameter met again under another name is an
+    alias of the first. ``AutoWeightsLoader`` skips the aliases: loading both names would write
+    the one storage twice.
+
+    >>> class Tied(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.embed_tokens = nn.Embedding(4, 2)
+    ...         self.lm_head = nn.Embedding(4, 2)
+    ...         self.lm_head.weight = self.embed_tokens.weight
+    >>> tied_embedding_aliases(Tied())
+    {'lm_head.weight': 'embed_tokens.weight'}
+    """
+    canonical: dict[int, str] = {}
+    aliased: dict[str, str] = {}
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        if not isinstance(sub, VOCAB_EMBEDDINGS):
+            continue
+        for name, param in sub.named_parameters(remove_duplicate=False):
+            qual = qualname(prefix, name)
+            first = canonical.setdefault(id(param), qual)
+            if first != qual:
+                aliased[qual] = first
+    return aliased

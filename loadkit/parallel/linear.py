@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import loadkit.parallel.param_loaders as pl
-from loadkit.errors import ShapeMismatchError, ShardIdError, UnknownNameError
+from loadkit.errors import LayerAsParameterError, ShapeMismatchError, ShardIdError
 from loadkit.loading.weight_loaders import loader_of, set_weight_attrs
 from loadkit.parallel.quant import UnquantizedLinearMethod
 from loadkit.parallel.state import TensorParallelError, divide, get_tp_group
@@ -240,8 +240,7 @@ class StackedColumnParallelLinear(ColumnParallelLinear):
                 continue
             if not isinstance(param, nn.Parameter):
                 qual = f"{self.prefix}.{name}" if self.prefix else name
-                held = [n for n, _ in self.named_parameters()]
-                raise UnknownNameError(qual, type(self).__name__, held)
+                raise LayerAsParameterError(qual, type(self).__name__)
             try:
                 loader_of(param)(param, loaded_weight, shard_id)
             except TensorParallelError as exc:

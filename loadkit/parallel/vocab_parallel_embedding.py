@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from loadkit.errors import ShapeMismatchError
+from loadkit.loading.tensors import VocabEmbedding
 from loadkit.parallel.linear import sharded_parameter
 from loadkit.parallel.quant import UnquantizedEmbeddingMethod
 from loadkit.parallel.state import divide, get_tp_group
@@ -62,8 +63,9 @@ def vocab_shard(vocab_size: int, rank: int, tp: int, pad_to: int = DEFAULT_VOCAB
     return VocabShard(lo, hi, min(lo, vocab_size), min(hi, vocab_size))
 
 
-class VocabParallelEmbedding(nn.Module):
-    """An embedding table whose rows (tokens) are split across ranks."""
+class VocabParallelEmbedding(VocabEmbedding):
+    """An embedding table whose rows (tokens) are split across ranks (a word embedding:
+    ``AutoWeightsLoader`` skips a tied alias of its weight)."""
 
     def __init__(
         self,

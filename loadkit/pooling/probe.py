@@ -2,10 +2,11 @@
 
 The pooling adapter must know whether a checkpoint was saved from ``*ForCausalLM`` (names start
 with ``model.``) or from ``*Model`` (no prefix). It walks the stream until one name, with a
-candidate prefix, is a parameter of the model. Everything walked before that is cloned and held,
-so how soon the probe hits decides how much memory it costs. This module holds the decision; the
-adapter that walks real tensors (``loadkit.pooling.adapter``) and the header-only inspector
-both use it.
+candidate prefix, is a parameter of the model. Everything walked before that is held, so how
+soon the probe hits decides how much memory it costs. Held as clones, unless the load format's
+iterator hands over tensors it never reuses (``OWNED_TENSOR_LOAD_FORMATS``, vLLM 0.34.0; before,
+always cloned). This module holds the decision; the adapter that walks real tensors
+(``loadkit.pooling.adapter``) and the header-only inspector both use it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,35 @@ from loadkit.mapper import WeightsMapper
 from loadkit.terms import Behaviour, check_behaviour
 
 CANDIDATE_PREFIXES = ("", "model.")
+
+# vLLM 0.34.0's load formats whose weight iterators yield tensors they never reuse: the probe
+# holds those as they are, no clone (models/adapters.py _OWNED_TENSOR_LOAD_FORMATS).
+OWNED_TENSOR_LOAD_FORMATS = frozenset(
+    {
+        "auto",
+        "hf",
+        "safetensors",
+        "mistral",
+        "pt",
+        "npcache",
+        "instanttensor",
+        "tensorizer",
+        "sharded_state",
+        "modelexpress",
+        "runai_streamer",
+        "runai_streamer_sharded",
+    }
+)
+
+
+def clones_for(load_format: str) -> bool:
+    """Does the probe clone what it holds under ``load_format`` (vLLM 0.34.0: only where the
+    format's iterator may reuse a tensor's buffer for the next weight)?
+
+    >>> clones_for("safetensors"), clones_for("fastsafetensors")
+    (False, True)
+    """
+    return load_format not in OWNED_TENSOR_LOAD_FORMATS
 
 
 def lookup_name(name: str, mapper: WeightsMapper | None, behaviour: Behaviour) -> str | None:
@@ -49,16 +79,15 @@ class ProbeRecord:
 
     behaviour: str
     prefix: str | None  # the prefix found; None: no hit (names forwarded unprefixed)
-    hit_index: int | None  # position of the key that hit, in stream order
+    hit_index: int | None  # position of the key that hit, in stream order, from 0
     hit_key: str | None
-    walked: int  # keys the probe walked (and held)
+    walked: int  # keys the probe walked, each held until the parent loader takes it
     walked_bytes: int
     walked_names: tuple[str, ...]
-    clones: int  # clone() calls the probe made: ``walked``, or 0 without clone protection
-    cloned_bytes: int
     forwarded: int  # weights handed to the parent loader (held ones and the rest of the stream)
     forwarded_bytes: int
-    clone: bool = True
+    cloned: bool = False  # each held key a clone (a load format that may reuse buffers)
+    load_format: str = "auto"
     forward: str = "original"
 
     @property
@@ -72,15 +101,17 @@ def predict_probe(
     *,
     mapper: WeightsMapper | None = None,
     behaviour: Behaviour = "new",
+    load_format: str = "auto",
 ) -> ProbeRecord:
     """The probe's record for ``(name, nbytes)`` pairs, without touching a tensor.
 
-    The same walk as the adapter's: each key is cloned before it is checked, the walk stops at
-    the first hit, and every key is then forwarded. ``keys`` is consumed fully.
+    The same walk as the adapter's: each key is held (cloned when ``clones_for(load_format)``)
+    before it is checked, the walk stops at the first hit, and every key is then forwarded.
+    ``keys`` is consumed fully.
 
     >>> r = predict_probe([("a.weight", 8), ("b.weight", 4)], {"model.b.weight"})
-    >>> r.prefix, r.hit_key, r.clones, r.cloned_bytes, r.forwarded
-    ('model.', 'b.weight', 2, 12, 2)
+    >>> r.prefix, r.hit_key, r.walked, r.walked_bytes, r.cloned, r.forwarded
+    ('model.', 'b.weight', 2, 12, False, 2)
     """
     walked: list[str] = []
     walked_bytes = total_keys = total_bytes = 0
@@ -106,8 +137,8 @@ def predict_probe(
         walked=len(walked),
         walked_bytes=walked_bytes,
         walked_names=tuple(walked),
-        clones=len(walked),
-        cloned_bytes=walked_bytes,
         forwarded=total_keys,
         forwarded_bytes=total_bytes,
+        cloned=clones_for(load_format),
+        load_format=load_format,
     )

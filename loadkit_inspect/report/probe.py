@@ -4,7 +4,7 @@
 >>> from loadkit.pooling.probe import predict_probe
 >>> probe = {b: predict_probe([("w", 4)], {"model.w"}, behaviour=b) for b in ("old", "new")}
 >>> render_probe(probe)[1]
-"  old  prefix 'model.' found at key #0 'w': clones 1 tensor (4 B = the whole checkpoint)"
+"  old  prefix 'model.' found at key #0 'w': holds 1 tensor (4 B = the whole checkpoint)"
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def _record(v: ProbeRecord) -> dict[str, Any]:
         "prefix": v.prefix,
         "hit_index": v.hit_index,
         "hit_key": v.hit_key,
-        "clones": v.clones,
-        "cloned_bytes": v.cloned_bytes,
+        "walked": v.walked,
+        "walked_bytes": v.walked_bytes,
+        "cloned": v.cloned,
+        "load_format": v.load_format,
         "total_keys": v.forwarded,
         "total_bytes": v.forwarded_bytes,
     }
@@ -38,14 +40,18 @@ def _record(v: ProbeRecord) -> dict[str, Any]:
 
 def render_probe(probe: dict[str, ProbeRecord]) -> list[str]:
     """The section's text: one line per behaviour."""
-    lines = ["pooling probe  (each key walked is cloned until prefix + name is a parameter)"]
+    lines = [
+        "pooling probe  (each key walked is held until prefix + name is a parameter; vLLM "
+        "0.34.0 clones them only for a load format that may reuse buffers: not for auto)"
+    ]
     return lines + [f"  {b:<4} {_verdict(v)}" for b, v in probe.items()]
 
 
 def _verdict(probe: ProbeRecord) -> str:
     everything = probe.walked == probe.forwarded and probe.forwarded
     whole = " = the whole checkpoint" if everything else ""
-    cost = f"clones {plural(probe.clones, 'tensor')} ({format_bytes(probe.cloned_bytes)}{whole})"
+    held = "clones" if probe.cloned else "holds"
+    cost = f"{held} {plural(probe.walked, 'tensor')} ({format_bytes(probe.walked_bytes)}{whole})"
     if not probe.hit:
         walks = plural(probe.forwarded, "key")
         return f"no hit: walks all {walks}, {cost}; names forwarded unprefixed"

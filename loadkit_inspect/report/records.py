@@ -66,10 +66,6 @@ def _backend(b: dict[str, Any]) -> list[str]:
         lines.append(f"  config  {printable(str(b['config']))}")
     if b.get("wrapper_reason"):
         lines.append(f"  wrapper {b.get('wrapper')}: {b['wrapper_reason']}")
-    skips = [f"skip_prefixes {b['skip_prefixes']}"] if b.get("skip_prefixes") else []
-    skips += [f"skip_substrs {b['skip_substrs']}"] if b.get("skip_substrs") else []
-    if skips:
-        lines.append("  " + "; ".join(skips))
     return lines
 
 

@@ -87,18 +87,18 @@ class DryLoadObserver(LoadObserver):
             elif self.extend is not None:  # each stage: the AutoWeightsLoader's rules, then these
                 mapper = self.extend if mapper is None else mapper | self.extend
             self.used.append(mapper)
-            # The user's rules join the root AutoWeightsLoader's own, on this instance only.
-            auto_loader.skip_prefixes += self.rules.skip_prefixes
+            # The user's rules join the root AutoWeightsLoader's own, on this instance only (the
+            # skip prefixes are the observer's own: skipped below).
             auto_loader.ignore_unexpected_prefixes += self.rules.ignore_unexpected_prefixes
             auto_loader.ignore_unexpected_suffixes += self.rules.ignore_unexpected_suffixes
         return mapper
 
     def skipped(self, auto_loader: AutoWeightsLoader, entry: CheckpointEntry) -> str | None:
-        # The user's skip prefixes also match the checkpoint's own spelling of a key (the
-        # AutoWeightsLoader tests the name after its mapper), at the root one only, as its rules.
+        # The user's skip prefixes match the name after the mapper and the checkpoint's own
+        # spelling of a key, at the root AutoWeightsLoader only, as its other rules.
         if auto_loader.module is not self.root or not self.rules.skip_prefixes:
             return None
-        return self.rules.skipped(self._key_of.get(id(entry), entry.name))
+        return self.rules.skipped(self._key_of.get(id(entry), entry.name), entry.mapped)
 
     def unexpected(
         self, ledger: LoadLedger, name: str, entries: Sequence[CheckpointEntry], reason: str

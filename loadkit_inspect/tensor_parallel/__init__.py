@@ -4,3 +4,7 @@
 ``rowmap`` (which checkpoint rows each rank takes, as a table), ``plan`` (the report's ``--tp``
 section). Imports torch, like ``simulate``, and only when ``--tp`` is given.
 """
+
+from loadkit_inspect.tensor_parallel.rowmap import render_row_map, row_map
+
+__all__ = ["render_row_map", "row_map"]

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.fmt import WIDTH, format_bytes, table, wrap
-from loadkit_inspect.inspect_report import InspectReport
-from loadkit_inspect.models.registry import BUILTIN, FROM_CONFIG
+from loadkit_inspect import InspectReport
+from loadkit_inspect.models import BUILTIN, FROM_CONFIG
 from loadkit_notebooks.fates import (
     BRANCH,
     FATE_COLOURS,
@@ -446,19 +446,19 @@ def probe_table(report: InspectReport) -> str:
         return "pooling probe: needs a model"
     rows = []
     for b, v in report.probe.items():
-        share = v.cloned_bytes / v.forwarded_bytes if v.forwarded_bytes else 0.0
+        share = v.walked_bytes / v.forwarded_bytes if v.forwarded_bytes else 0.0
         rows.append(
             [
                 b,
                 repr(v.prefix) if v.hit else "no hit",
                 f"#{v.hit_index} {v.hit_key}" if v.hit else "-",
                 v.walked,
-                format_bytes(v.cloned_bytes),
+                format_bytes(v.walked_bytes) + (" (clones)" if v.cloned else ""),
                 f"{share:.0%}",
             ]
         )
     return table(
-        rows, header=["probe", "prefix", "hit at", "clones", "cloned", "of ckpt"], rule=True
+        rows, header=["probe", "prefix", "hit at", "held", "bytes held", "of ckpt"], rule=True
     )
 
 

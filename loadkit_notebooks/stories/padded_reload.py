@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from loadkit.fmt import table
-from loadkit.reload.layerwise import ReloadStep
+from loadkit.reload import ReloadStep
 from loadkit_notebooks.viz import Explorer
 
 VERSION_COLOURS = {"0.30.0": "#d1495b", "0.31.0": "#edae49", "0.34.0": "#2e86ab"}

@@ -16,16 +16,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from loadkit import dyadic_uniform
 from loadkit.fmt import WIDTH, wrap
-from loadkit.loading.ledger import LoadLedger, ledger_of
-from loadkit.models._common import RMSNorm, rms_norm
-from loadkit.models.dyadic import dyadic_uniform
+from loadkit.loading import LoadLedger, ledger_of
 from loadkit.models.plamo2 import (
     FINAL_NORM_TESTS,
     NameStep,
     Plamo2Config,
     Plamo2ForCausalLM,
+    RMSNorm,
     checkpoint_name,
+    rms_norm,
 )
 from loadkit.terms import Status
 from loadkit_notebooks.scenario import Record, Series

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from loadkit.fmt import format_bytes, table
-from loadkit.pooling.probe import ProbeRecord
+from loadkit.fmt import format_bytes, plural, table
+from loadkit.pooling import ProbeRecord
 from loadkit_notebooks.scenario import Record, Series
 from loadkit_notebooks.show import Table
 
@@ -103,10 +103,11 @@ def prefix(p: str | None) -> str:
 
 
 def hit(probe: ProbeRecord) -> str:
-    """The key that hit, numbered from 1 as the charts' axes count keys read."""
+    """The key that hit, numbered from 0 in stream order, as ``loadkit inspect`` numbers it
+    (``#0``: the first key read)."""
     if probe.hit_key is None or probe.hit_index is None:
         return "-"
-    return f"#{probe.hit_index + 1} {probe.hit_key}"
+    return f"#{probe.hit_index} {probe.hit_key}"
 
 
 def outcome(run: ProbeRun) -> dict[str, Any]:
@@ -114,9 +115,9 @@ def outcome(run: ProbeRun) -> dict[str, Any]:
     found = {
         "prefix found": prefix(run.probe.prefix),
         "hit at key": hit(run.probe),
-        "keys walked by the probe": run.probe.walked,
-        "clones": run.clones,
-        "cloned": format_bytes(run.cloned_bytes),
+        "keys held by the probe": run.probe.walked,
+        "clone() calls counted": run.clones,
+        "bytes cloned": format_bytes(run.cloned_bytes),
         "checkpoint tensors": run.tensors,
         "checkpoint tensor data": format_bytes(run.total_bytes),
         "parameters loaded": run.loaded,
@@ -238,34 +239,36 @@ def layouts_table(predicted: Mapping[str, tuple[str, Mapping[str, ProbeRecord]]]
     return Table(head, rows)
 
 
-# --- clone protection on/off --------------------------------------------------------------------
+# --- vLLM 0.34.0: a clone only where the load format may reuse buffers -------------------------
 
 
 def clone_grid(
-    runs: Mapping[tuple[str, bool], ProbeRun],
+    runs: Mapping[tuple[str, str], ProbeRun], setups: Iterable[str]
 ) -> tuple[list[str], list[str], list[list[int]], int]:
-    """Rows (behaviours), columns (clone on / off), corrupted parameters per cell, parameters."""
-    rows, cols = list(BEHAVIOURS), ["clone on", "clone off"]
-    counts = [
-        [sum(1 for v in runs[(b, c)].wrong.values() if v > 0) for c in (True, False)] for b in rows
-    ]
+    """Rows (behaviours), columns (``setups``), corrupted parameters per cell, parameters."""
+    rows, cols = list(BEHAVIOURS), list(setups)
+    counts = [[sum(1 for v in runs[(b, c)].wrong.values() if v > 0) for c in cols] for b in rows]
     total = len(next(iter(runs.values())).wrong)
     return rows, cols, counts, total
 
 
-def clone_figure(runs: Mapping[tuple[str, bool], ProbeRun]) -> Any:
-    """Both behaviours with clone protection on and off, at once: parameters corrupted of all."""
+def clone_figure(runs: Mapping[tuple[str, str], ProbeRun], setups: Iterable[str]) -> Any:
+    """Both behaviours under each setup (iterator and load format), at once: parameters
+    corrupted of all, and the clones made."""
     import plotly.graph_objects as go
 
     from loadkit_notebooks.viz import base_figure
 
-    rows, cols, counts, total = clone_grid(runs)
+    rows, cols, counts, total = clone_grid(runs, setups)
     text = [
-        [f"{n} of {total} corrupted" if n else f"all {total} exact" for n in row] for row in counts
+        [
+            (f"{n} of {total} corrupted" if n else f"all {total} exact")
+            + f"<br>{plural(runs[(b, c)].clones, 'clone')}"
+            for n, c in zip(row, cols, strict=True)
+        ]
+        for b, row in zip(rows, counts, strict=True)
     ]
-    fig = base_figure(
-        "Loading from a buffer-reusing stream: parameters with wrong values", height=300
-    )
+    fig = base_figure("Parameters with wrong values, and clones made, per setup", height=330)
     fig.add_trace(
         go.Heatmap(
             z=counts,
@@ -273,7 +276,7 @@ def clone_figure(runs: Mapping[tuple[str, bool], ProbeRun]) -> Any:
             y=rows,
             text=text,
             texttemplate="%{text}",
-            textfont={"size": 16},
+            textfont={"size": 15},
             zmin=0,
             zmax=total,
             colorscale=[[0, "#e8f4ea"], [1, "#d1495b"]],
@@ -283,14 +286,23 @@ def clone_figure(runs: Mapping[tuple[str, bool], ProbeRun]) -> Any:
             hovertemplate="%{y}, %{x}: %{text}<extra></extra>",
         )
     )
-    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=110)
+    fig.update_layout(yaxis_autorange="reversed", xaxis_side="top", margin_t=130)
     return fig
 
 
-def clone_table(runs: Mapping[tuple[str, bool], ProbeRun]) -> str:
-    """The 2x2 as text: corrupted parameters per behaviour, clone protection on and off."""
-    rows, cols, counts, total = clone_grid(runs)
-    cells = [[r, *(f"{n} of {total}" for n in row)] for r, row in zip(rows, counts, strict=True)]
+def clone_table(runs: Mapping[tuple[str, str], ProbeRun], setups: Iterable[str]) -> str:
+    """The grid as text: corrupted parameters and clones per behaviour and setup."""
+    rows, cols, counts, total = clone_grid(runs, setups)
+    cells = [
+        [
+            b,
+            *(
+                f"{n} of {total}, {plural(runs[(b, c)].clones, 'clone')}"
+                for n, c in zip(row, cols, strict=True)
+            ),
+        ]
+        for b, row in zip(rows, counts, strict=True)
+    ]
     return table(cells, header=["corrupted", *cols], align="l" + "r" * len(cols))
 
 
@@ -318,7 +330,7 @@ def full_scale_figure(runs: Mapping[str, ProbeRun], axes: tuple[int, float], lay
     keys, total = axes
     low = min(r.cloned_bytes for r in runs.values() if r.cloned_bytes) / MiB
     fig = base_figure(
-        f"Full scale on paper (meta device) [{layers} text layers]",
+        f"Full scale on paper (meta device) [{layers} text layer{'s' if layers != 1 else ''}]",
         height=420,
         xaxis={"title": "keys read from the checkpoint", "range": [0, keys * 1.02]},
         yaxis={

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from loadkit.fmt import table
-from loadkit.loading.ledger import ledger_of
-from loadkit.reload.layerwise import ReloadStep
+from loadkit.loading import ledger_of
+from loadkit.reload import ReloadStep
 from loadkit_notebooks.scenario import Record, Series
 from loadkit_notebooks.viz import Explorer
 

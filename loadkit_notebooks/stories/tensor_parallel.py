@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from loadkit.executor.results import BUGS, Job, TPRun
+from loadkit.executor import BUGS, Job, TPRun
 from loadkit.fmt import wrap
 from loadkit.parallel import CopyRecord
 from loadkit.terms import check_behaviour
-from loadkit_inspect.tensor_parallel.rowmap import render_row_map, row_map
+from loadkit_inspect.tensor_parallel import render_row_map, row_map
 from loadkit_notebooks.scenario import Record, Series, outcome_table
 from loadkit_notebooks.viz import Explorer
 

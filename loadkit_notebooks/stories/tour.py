@@ -9,18 +9,17 @@ name's journey, and where every name went (a Sankey, coloured by fate as noteboo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any, cast
 
 from torch import nn
 
-from loadkit.checkpoint.reader import Checkpoint
+from loadkit.checkpoint import Checkpoint
 from loadkit.fmt import WIDTH, table, wrap
-from loadkit.loading.ledger import LoadLedger
-from loadkit.loading.weight_loaders import loader_of
+from loadkit.loading import LoadLedger, loader_of
 from loadkit.mapper import WeightsMapper
 from loadkit.terms import Status
-from loadkit_inspect.report.layout import LayoutNode, build_layout
+from loadkit_inspect.report import LayoutNode, build_layout
 from loadkit_notebooks.fates import FATE_COLOURS
 
 
@@ -47,13 +46,13 @@ def trace_table(mapper: WeightsMapper, names: list[str]) -> str:
     return "\n".join(rows)
 
 
-def walk_picture(mapper: WeightsMapper, names: list[str], skip_prefixes: Sequence[str] = ()) -> str:
+def walk_picture(mapper: WeightsMapper, names: list[str], skipped: Collection[str] = ()) -> str:
     """The tree ``AutoWeightsLoader`` walks: the mapped names, split at their dots, with how
-    many names go down each branch. A name the mapper drops, or one starting with one of the
-    loader's ``skip_prefixes``, never enters the walk (the loader sets it aside first): those are
-    said after the tree."""
+    many names go down each branch. A name the mapper drops, or one of ``skipped`` (the
+    loader's ``aliased_params``: names of a tied word embedding after its first), never enters
+    the walk (the loader sets it aside first): those are said after the tree."""
     mapped = mapper.apply_list(names)
-    walked = [m for m in mapped if not m.startswith(tuple(skip_prefixes))]
+    walked = [m for m in mapped if m not in skipped]
     root = build_layout((m, 0, "") for m in walked)
     lines: list[str] = []
 
@@ -64,9 +63,9 @@ def walk_picture(mapper: WeightsMapper, names: list[str], skip_prefixes: Sequenc
             visit(child, depth + 1)
 
     visit(root, 0)
-    skipped = [m for m in mapped if m not in walked]
-    if skipped:
-        lines.append(f"(skipped before the walk, by skip_prefixes: {', '.join(skipped)})")
+    aside = [m for m in mapped if m not in walked]
+    if aside:
+        lines.append(f"(skipped before the walk, tied-embedding aliases: {', '.join(aside)})")
     return "\n".join(lines)
 
 

@@ -91,16 +91,17 @@ class Body(nn.Module):
 
 
 class Delegating(nn.Module):
-    """Root AutoWeightsLoader hands `model.*` to the child's own load_weights; tied lm_head."""
+    """Root AutoWeightsLoader hands `model.*` to the child's own load_weights; a tied lm_head
+    (a word embedding, as vLLM's ParallelLMHead is: its alias is skipped unasked)."""
 
     def __init__(self):
         super().__init__()
         self.model = Body()
-        self.lm_head = nn.Linear(4, 10, bias=False)
+        self.lm_head = nn.Embedding(10, 4)
         self.lm_head.weight = self.model.embed.weight
 
     def load_weights(self, weights):
-        return AutoWeightsLoader(self, skip_prefixes=["lm_head."]).load_weights(weights)
+        return AutoWeightsLoader(self).load_weights(weights)
 
 
 def delegating_state():
@@ -303,14 +304,15 @@ def test_model_mapper_and_probe_verdicts(tmp_path):
     r = inspect_checkpoint(f, model=Gemmaish, probe=True)
     assert r.mapper.source == "Gemmaish.hf_to_vllm_mapper"
     old, new = r.probe["old"], r.probe["new"]
-    assert (old.hit, old.walked, old.cloned_bytes) == (False, 3, r.checkpoint.total_bytes)
+    assert (old.hit, old.walked, old.walked_bytes) == (False, 3, r.checkpoint.total_bytes)
+    assert old.cloned is False  # vLLM 0.34.0's default load format: held without a clone
     assert (new.prefix, new.hit_index, new.hit_key, new.walked) == (
         "",
         0,
         "model.language_model.embed.weight",
         1,
     )
-    assert new.cloned_bytes == 160
+    assert new.walked_bytes == 160
     status = {k.name: (k.status, k.mapped, k.target, k.rule) for k in r.load.keys}
     assert status["model.vision_tower.patch.weight"][0] == "dropped by mapper"
     assert status["model.vision_tower.patch.weight"][3] == "substr 'vision_tower'"
@@ -322,7 +324,8 @@ def test_model_mapper_and_probe_verdicts(tmp_path):
     )
     assert r.clean is True
     d = json.loads(r.to_json())
-    assert d["probe"]["old"]["clones"] == 3 and d["probe"]["new"]["clones"] == 1
+    assert d["probe"]["old"]["walked"] == 3 and d["probe"]["new"]["walked"] == 1
+    assert d["probe"]["old"]["cloned"] is False and d["probe"]["old"]["load_format"] == "auto"
     assert "no hit: walks all 3 keys" in r.render()
 
 
@@ -346,7 +349,11 @@ def test_delegation_tied_weights_and_ignore_rules(tmp_path):
     r = inspect_checkpoint(f, model=Delegating)
     status = {k.name: (k.status, k.target, k.rule) for k in r.load.keys}
     assert status["model.embed.weight"] == ("loaded", "model.embed.weight", None)
-    assert status["lm_head.weight"] == ("skipped", None, "skip_prefixes 'lm_head.'")
+    assert status["lm_head.weight"] == (
+        "skipped",
+        None,
+        "tied embedding: an alias of 'model.embed.weight'",
+    )
     assert status["model.norm.extra"] == ("ignored", None, "ignore_unexpected_suffixes '.extra'")
     assert r.model.parameters == 3  # the tied lm_head counts once
     assert r.clean is True

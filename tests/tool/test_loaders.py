@@ -19,11 +19,13 @@ from loadkit_inspect.inspect_report import FIDELITY_POINTER
 # Untouched checkpoints transformers loads and vLLM 0.34.0 refuses (docs/fidelity.md), with the
 # first line inspect prints for each: the class vLLM would use, then its verdict.
 TRANSFORMERS = f"transformers {version('transformers')}"
+UNTIED = "2 missing: model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight"
 REFUSED_BY_VLLM = {
+    # vLLM 0.34.0 also unties the encoder's and decoder's embed_tokens (docs/fidelity.md)
     "bart": "vllm 0.34.0, TransformersForCausalLM: would NOT load (1 unexpected: "
-    "final_logits_bias)",
+    f"final_logits_bias; {UNTIED})",
     "mbart": "vllm 0.34.0, TransformersForCausalLM: would NOT load (1 unexpected: "
-    "final_logits_bias)",
+    f"final_logits_bias; {UNTIED})",
     "deberta-v2": "vllm 0.34.0: would NOT load (vLLM refuses it: Model architectures "
     "['DebertaV2Model'] are not supported for now)",
     "electra": "vllm 0.34.0, TransformersEmbeddingModel: would NOT load (2 missing: "
@@ -73,17 +75,30 @@ def test_model_prefix_loads_in_vllm_and_leaves_transformers_empty(hf_clean, tmp_
     assert only_vllm.exit_status == 0
 
 
-def test_gpt_neox_as_transformers_saves_it_points_at_the_explanation(hf_clean):
+def test_loaders_that_disagree_point_at_the_explanation(hf_clean):
     """Issue 39: "vllm: would NOT load" with no pointer to docs/fidelity.md, which explains it."""
-    report = inspect_checkpoint(hf_clean("gpt-neox"), model="hf")
+    report = inspect_checkpoint(hf_clean("bart"), model="hf")
     assert not report.loaders["vllm"].clean and report.loaders["transformers"].clean
     first = report.render().split("\n\n")[0]
     assert first.endswith("\n".join(FIDELITY_POINTER))
     fidelity = (DATA.parent / "docs" / "fidelity.md").read_text()
     assert "### Where the two loaders differ" in fidelity
-    assert "**GPT-NeoX: the head `embed_out` unexpected.**" in fidelity
+    assert "**BART, mBART: `final_logits_bias` unexpected.**" in fidelity
     agree = inspect_checkpoint(hf_clean("bert"), model="hf")
     assert "the loaders disagree" not in agree.render()
+
+
+def test_gpt_neox_loads_in_vllm_0_34_0_as_transformers_saves_it(hf_clean):
+    """vLLM 0.34.0 also takes the renamings registered for the head class AutoModel did not
+    build (GPTNeoXForCausalLM's embed_out -> lm_head): both loaders load it."""
+    report = inspect_checkpoint(hf_clean("gpt-neox"), model="hf")
+    assert report.loaders["vllm"].clean and report.loaders["transformers"].clean
+    (key,) = [k for k in report.load.keys if k.name == "embed_out.weight"]
+    assert (key.status, key.target) == ("loaded", "lm_head.weight")
+    fired = [u for u in report.mapper.rules if u.stage == "renaming" and u.fired]
+    assert any(
+        "get_checkpoint_conversion_mapping('GPTNeoXForCausalLM')" in (u.origin or "") for u in fired
+    ), fired
 
 
 def test_json_has_both_columns(hf_clean, capsys):
@@ -98,7 +113,7 @@ def test_json_has_both_columns(hf_clean, capsys):
         "problems": [],
     }
     assert doc["transformers"]["outcome"] == "loads" and doc["transformers"]["error"] is None
-    assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias"]
+    assert doc["loaders"]["vllm"]["problems"] == ["1 unexpected: final_logits_bias", UNTIED]
     assert doc["transformers"]["class"] == "BartForConditionalGeneration"
     assert doc["transformers"]["missing"] == [] and doc["clean"] is False
 

@@ -4,7 +4,7 @@ library's torch-free parts; whatever needs torch says, in one line, which extra 
 torch is installed here (``make setup`` installs every extra), so each test makes its import
 fail in a fresh process: ``sys.modules["torch"] = None`` is how Python marks a module that must
 not be imported (``import torch`` then raises ``ImportError``), as an environment without the
-package does (``tests/library/models/test_hf_optional.py`` does the same for transformers).
+package does (``tests/tool/test_transformers_optional.py`` does the same for transformers).
 ``.ci/run`` also installs the package into a fresh virtual environment without torch.
 """
 

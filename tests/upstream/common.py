@@ -33,6 +33,9 @@ PROPERTY = settings(max_examples=EXAMPLES, deadline=None, database=None)
 # Each deliberate deviation: a short id -> its row in docs/fidelity.md, in short.
 DEVIATIONS = {
     "caller-lists": "the caller's skip/ignore lists are never changed",
+    "dtype-log": "no log line for a weight of another dtype than its parameter",
+    "embedding-class": "an nn.Embedding is a vocabulary embedding for the tied-alias skip",
+    "shard-tuple": "a tuple shard id (a span of a merged layer's shards) is refused",
     "errors": "errors are loadkit.errors ValueErrors naming parameter, key and shapes",
     "error-messages": "an unknown name lists the nearest names, not every parameter",
     "mapper-build": "bad mapper rules fail when the mapper is built",
@@ -57,17 +60,23 @@ class Side:
     AutoWeightsLoader: Any
     default_weight_loader: Callable
     composed_weight_loader: Callable
+    VocabEmbedding: Any  # the class AutoWeightsLoader takes for a word embedding
 
 
-def loadkit_side() -> Side:
+def loadkit_side(*, skip_lists: bool = False) -> Side:
+    """loadkit's surface; ``skip_lists``: with vLLM 0.28.0's skip-list ``AutoWeightsLoader``
+    (bug 2's, ``loadkit.models.plamo2.skips``)."""
     import loadkit
+    from loadkit.loading.tensors import VocabEmbedding
+    from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
 
     return Side(
         "loadkit",
         loadkit.WeightsMapper,
-        loadkit.AutoWeightsLoader,
+        AutoWeightsLoaderWithSkips if skip_lists else loadkit.AutoWeightsLoader,
         loadkit.default_weight_loader,
         loadkit.composed_weight_loader,
+        VocabEmbedding,
     )
 
 
@@ -78,12 +87,14 @@ def upstream_side(up) -> Side:
         up.AutoWeightsLoader,
         up.default_weight_loader,
         up.composed_weight_loader,
+        up.module("model_executor.layers.vocab_parallel_embedding").VocabParallelEmbedding,
     )
 
 
-def sides(up) -> tuple[Side, Side]:
-    """Upstream's side, then loadkit's: the order every property runs them in."""
-    return upstream_side(up), loadkit_side()
+def sides(up, *, skip_lists: bool = False) -> tuple[Side, Side]:
+    """Upstream's side, then loadkit's: the order every property runs them in (``skip_lists``:
+    loadkit's skip-list loader, for vLLM 0.28.0)."""
+    return upstream_side(up), loadkit_side(skip_lists=skip_lists)
 
 
 # --- outcomes ----------------------------------------------------------------------------------

@@ -28,11 +28,17 @@ def up_at():
     return upstream_at
 
 
+# The version the properties compare with: the reference, or the release `make upstream-drift`
+# follows (tests/upstream/drift.py sets it).
+COMPARED = os.environ.get("LOADKIT_UPSTREAM_REFERENCE", REFERENCE)
+
+
 @pytest.fixture(scope="session")
 def up() -> Upstream:
-    """The reference, vLLM 0.34.0: what loadkit's "new" behaviour and API follow."""
+    """The reference, vLLM 0.34.0: what loadkit's "new" behaviour and API follow (or the
+    release ``LOADKIT_UPSTREAM_REFERENCE`` names, for ``make upstream-drift``)."""
     # A session fixture that fails is not retried: one fetch attempt, then every test errors.
-    return upstream_at(REFERENCE)
+    return upstream_at(COMPARED)
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +73,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not TALLY:
         return
     terminalreporter.section(
-        f"loadkit vs vLLM {REFERENCE}, per property (another version where the property says)"
+        f"loadkit vs vLLM {COMPARED}, per property (another version where the property says)"
     )
     terminalreporter.write_line(tally_table())
     for prop, t in sorted(TALLY.items()):

@@ -87,7 +87,24 @@ SOURCES = (
     "vllm/transformers_utils/repo_utils.py",
 )
 # Files only some versions have (added to SOURCES for that version).
-SOURCES_BY_VERSION: dict[str, tuple[str, ...]] = {}
+SOURCES_BY_VERSION: dict[str, tuple[str, ...]] = {
+    # vLLM's registry and the native classes loadkit re-implements, with the layers their
+    # load_weights call (tests/upstream/native_models.py, test_vllm_registry_upstream.py)
+    "0.34.0": (
+        "vllm/model_executor/models/registry.py",
+        *(
+            f"vllm/model_executor/models/{name}.py"
+            for name in (
+                "llama", "phi3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "mixtral",
+                "qwen2_moe", "qwen3_moe", "deepseek_v2", "gpt_oss", "qwen2_5_vl",
+            )
+        ),
+        "vllm/model_executor/layers/fused_moe/routed_experts.py",
+        "vllm/model_executor/layers/fused_moe/runner/moe_runner.py",
+        "vllm/model_executor/layers/fused_moe/layer.py",
+        "vllm/distributed/eplb/eplb_state.py",
+    ),
+}  # fmt: skip
 MARKER = "extracted.json"
 
 

@@ -1,10 +1,10 @@
-"""vLLM 0.28.0's Transformers modeling backend, its loading half, executed from the wheel's source.
+"""vLLM 0.34.0's Transformers modeling backend, its loading half, executed from the wheel's source.
 
 What runs unchanged (compiled from the upstream files, same file names and line numbers):
 
 - ``transformers/base.py``: the methods of ``Base`` that decide names and loading:
-  ``_create_hf_to_vllm_mapper``, ``_get_tie_word_embeddings``, ``init_parameters``,
-  ``load_weights``;
+  ``_create_hf_to_vllm_mapper``, ``_weight_conversions``, ``_get_tie_word_embeddings``,
+  ``_vocab_embeddings``, ``init_parameters``, ``load_weights``;
 - ``transformers/causal.py`` ``CausalMixin``, ``transformers/legacy.py`` ``LegacyMixin``,
   ``transformers/pooling.py`` ``EmbeddingMixin`` and ``SequenceClassificationMixin``, whole;
 - ``transformers/__init__.py``: the wrapper classes ``TransformersForCausalLM``,
@@ -17,17 +17,19 @@ What runs unchanged (compiled from the upstream files, same file names and line 
 
 What the harness writes itself, because the upstream code needs a GPU build of vLLM:
 
-- ``Base.__init__``: the same steps in the same order, less the serving ones (lines 107-192 of
-  base.py): the skip lists, ``AutoModel.from_config`` on the meta device, the mapper, then
-  ``init_parameters``. ``pipeline_parallel`` returns at once on one rank (line 361);
-  ``recursive_replace`` (vLLM's tensor-parallel layers and its fusers, which fuse q/k/v and
-  gate/up into ``qkv_proj``/``gate_up_proj`` with stacked mapper rules) and the attention
-  instances are not run: loadkit keeps transformers' own modules (docs/fidelity.md); the input
-  embedding is put back with ``set_input_embeddings`` as upstream does, unreplaced;
-- stubs for what the mixins construct: ``ParallelLMHead`` (one ``[vocab, hidden]`` weight that
-  ``tie_weights`` shares with the embedding, as upstream's), ``VocabParallelEmbedding`` standing
-  for the input embedding ``replace_embedding_class`` would have made one, a pooler that holds
-  nothing.
+- ``Base.__init__``: the same steps in the same order, less the serving ones (lines 123-201 of
+  base.py): the ignore lists, ``AutoModel.from_config`` on the meta device, the mapper, the
+  vocabulary embeddings replaced, then ``init_parameters``. ``pipeline_parallel`` returns at once
+  on one rank (line 388); of ``recursive_replace`` only its vocabulary-embedding step runs, as
+  the harness's ``_replace_vocab_embeddings`` (each ``nn.Embedding`` that ``_vocab_embeddings``
+  names becomes a ``VocabParallelEmbedding`` with a weight of its own, a bare one replaced, a
+  subclass rebased in place, a module met twice left as the first visit made it: utils.py
+  ``replace_embedding_class``); its tensor-parallel layers and fusers (q/k/v and gate/up fused
+  into ``qkv_proj``/``gate_up_proj`` with stacked mapper rules) and the attention instances are
+  not run: loadkit keeps transformers' own modules (docs/fidelity.md);
+- stubs for what the mixins construct: ``ParallelLMHead`` (a ``VocabParallelEmbedding`` with one
+  ``[vocab, hidden]`` weight that ``tie_weights`` shares with the embedding, as upstream's), a
+  pooler that holds nothing.
 """
 
 from __future__ import annotations
@@ -75,15 +77,17 @@ def _class_methods(
     return module
 
 
-def _lm_head_class(default_weight_loader: Any) -> type[nn.Module]:
-    class ParallelLMHead(nn.Module):
-        """Upstream's ``ParallelLMHead`` at one rank: a ``[vocab, hidden]`` weight (unpadded: the
-        padding is its weight loader's concern, not a name), ``tie_weights`` sharing the
-        embedding's, ``_register_bias`` adding the bias ``CausalMixin.load_weights`` fills."""
+def _lm_head_class(default_weight_loader: Any, vocab_parallel: type) -> type[nn.Module]:
+    class ParallelLMHead(vocab_parallel):  # type: ignore[misc, valid-type]
+        """Upstream's ``ParallelLMHead`` at one rank: a ``VocabParallelEmbedding`` with a
+        ``[vocab, hidden]`` weight (unpadded: the padding is its weight loader's concern, not a
+        name), ``tie_weights`` sharing the embedding's, ``_register_bias`` adding the bias
+        ``CausalMixin.load_weights`` fills."""
 
         def __init__(self, num_embeddings: int, embedding_dim: int, **_: Any) -> None:
             super().__init__()
             self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+            self.weight.weight_loader = default_weight_loader
             self.bias: nn.Parameter | None = None
 
         def tie_weights(self, embed_tokens: nn.Module) -> nn.Module:
@@ -120,6 +124,11 @@ class Backend:
     backend_cls: Any  # ModelConfig._get_transformers_backend_cls, unbound
     track_weights_loading: Any  # DefaultModelLoader.track_weights_loading, unbound
     base_methods: types.ModuleType
+    auto_weights_loader: Any  # upstream's AutoWeightsLoader
+
+    def aliases(self, model: nn.Module) -> dict[str, str]:
+        """The names upstream's ``AutoWeightsLoader`` skips as tied-embedding aliases."""
+        return dict(self.auto_weights_loader(model).aliased_params)
 
     def wrapper_name(self, config: Any) -> str:
         """Upstream's choice of wrapper for ``config`` (``--runner auto``)."""
@@ -151,19 +160,49 @@ def _vllm_config(config: Any) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         model_config=model_config,
         device_config=types.SimpleNamespace(device=torch.device("cpu")),
+        load_config=types.SimpleNamespace(device=None),
         quant_config=None,
     )
 
 
-def _base_class(methods: types.ModuleType) -> type:
+def _replace_vocab_embeddings(base: nn.Module, vocab_parallel: type, loader: Any) -> None:
+    """recursive_replace's vocabulary step (base.py:576-579, utils.py:263-298): each module of
+    ``base._vocab_embeddings()`` becomes a ``VocabParallelEmbedding`` with a weight of its own."""
+    vocab = base._vocab_embeddings()
+
+    def replaced(emb: nn.Embedding) -> nn.Module:
+        if isinstance(emb, vocab_parallel):  # tied tables are reached more than once
+            return emb
+        weight = nn.Parameter(torch.empty_like(emb.weight, device="cpu"))
+        weight.weight_loader = loader  # a vLLM parameter: init_parameters leaves it
+        if type(emb) is nn.Embedding:
+            new = vocab_parallel()
+            new.weight = weight
+            return new
+        emb.__class__ = type(type(emb).__name__, (vocab_parallel, type(emb)), {})
+        emb.weight = weight
+        return emb
+
+    def walk(module: nn.Module) -> None:
+        for name, child in module.named_children():
+            new = replaced(child) if child in vocab else child
+            if new is not child:
+                setattr(module, name, new)
+            elif child not in vocab:
+                walk(child)
+
+    walk(base.model)
+
+
+def _base_class(methods: types.ModuleType, vocab_parallel: type, loader: Any) -> type:
     class Base(nn.Module):
         """base.py's ``Base``: ``__init__`` re-stated (see the module docstring), the loading
         methods upstream's own."""
 
-        embedding_modules = ["embed_tokens"]  # noqa: RUF012 (upstream's class attribute)
+        embedding_modules = {"embed_tokens": "input_embeddings"}  # noqa: RUF012 (upstream's)
 
         def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
-            super().__init__()
+            nn.Module.__init__(self)
             from transformers import AutoModel
 
             self.vllm_config = vllm_config
@@ -173,8 +212,6 @@ def _base_class(methods: types.ModuleType) -> type:
             self.model_config = vllm_config.model_config
             self.quant_config = None
             self.pp_group = types.SimpleNamespace(is_last_rank=True, world_size=1)
-            self.skip_prefixes: list[str] = []
-            self.skip_substrs: list[str] = []
             self.ignore_unexpected_prefixes: list[str] = []
             self.ignore_unexpected_suffixes: list[str] = []
             with torch.device("meta"):
@@ -182,17 +219,16 @@ def _base_class(methods: types.ModuleType) -> type:
                     config=self.config, dtype=self.model_config.dtype, trust_remote_code=False
                 )
             self._create_hf_to_vllm_mapper()
-            # Lines 177-181: the input embedding goes back in through set_input_embeddings
-            # (replace_embedding_class's VocabParallelEmbedding stands as the module itself);
-            # encoder-decoder models share it again with their encoder and decoder there.
-            self.model.set_input_embeddings(self.model.get_input_embeddings())
+            _replace_vocab_embeddings(self, vocab_parallel, loader)
             self.init_parameters(self.model)
 
         def _maybe_apply_model_mapping(self) -> None:
             pass  # a quantization config's own names: none here
 
         _create_hf_to_vllm_mapper = methods._create_hf_to_vllm_mapper
+        _weight_conversions = methods._weight_conversions
         _get_tie_word_embeddings = methods._get_tie_word_embeddings
+        _vocab_embeddings = methods._vocab_embeddings
         init_parameters = methods.init_parameters
         load_weights = methods.load_weights
 
@@ -215,8 +251,21 @@ def load_backend(up: Upstream, src: Path) -> Backend:
     _register(_module(f"{root}.config.scheduler", RunnerType=str))
     _register(_module(f"{root}.model_executor.layers.pooler", DispatchPooler=_Pooler))
     lm = sys_module(f"{root}.model_executor.layers.vocab_parallel_embedding")
-    lm.ParallelLMHead = _lm_head_class(up.default_weight_loader)
-    lm.VocabParallelEmbedding = nn.Embedding  # replace_embedding_class's result, not run
+    vocab_parallel = lm.VocabParallelEmbedding  # the class AutoWeightsLoader checks
+    lm.ParallelLMHead = _lm_head_class(up.default_weight_loader, vocab_parallel)
+    # track_weights_loading asks which modules are stacked linears: none here (no fusers run)
+    _register(
+        _module(
+            f"{root}.model_executor.layers.linear",
+            StackedColumnParallelLinear=type("StackedColumnParallelLinear", (nn.Module,), {}),
+        )
+    )
+    _register(
+        _module(
+            f"{root}.model_executor.layers.quantization.kv_cache",
+            BaseKVCacheMethod=type("BaseKVCacheMethod", (), {}),
+        )
+    )
     sys_module(f"{root}.model_executor.layers.logits_processor").LogitsProcessor = _Logits
     interfaces = sys_module(f"{root}.model_executor.models.interfaces")
     interfaces.SupportsCrossEncoding = _Interface
@@ -236,13 +285,16 @@ def load_backend(up: Upstream, src: Path) -> Backend:
         "Base",
         (
             "_create_hf_to_vllm_mapper",
+            "_weight_conversions",
             "_get_tie_word_embeddings",
+            "_vocab_embeddings",
             "init_parameters",
             "load_weights",
         ),
         f"{backend_pkg}._base_methods",
     )
-    _register(_module(f"{backend_pkg}.base", Base=_base_class(methods)))
+    base = _base_class(methods, vocab_parallel, up.default_weight_loader)
+    _register(_module(f"{backend_pkg}.base", Base=base))
     for name, wanted in (
         ("causal", ("CausalMixin",)),
         ("legacy", ("LegacyMixin",)),
@@ -275,6 +327,7 @@ def load_backend(up: Upstream, src: Path) -> Backend:
         config_model._get_transformers_backend_cls,
         loader.track_weights_loading,
         methods,
+        up.AutoWeightsLoader,
     )
     _LOADED[id(up)] = backend
     return backend

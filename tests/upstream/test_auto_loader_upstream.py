@@ -1,10 +1,14 @@
-"""AutoWeightsLoader against upstream's: generated module trees, checkpoints and rules."""
+"""AutoWeightsLoader against upstream's: generated module trees, checkpoints and rules.
+
+Two properties: loadkit's ``AutoWeightsLoader`` against vLLM 0.34.0's (skips are mapper rules to
+``None``; tied word-embedding aliases skipped unasked; the rotary mapper), and the skip-list
+loader bug 2's story keeps (``loadkit.models.plamo2.skips``) against vLLM 0.28.0's, whose
+``skip_prefixes`` / ``skip_substrs`` it is."""
 
 from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,13 +27,6 @@ from upstream.common import (
     tensor_differences,
 )
 from upstream.trees import TreeSpec, build, join, tree_specs
-
-
-@pytest.fixture(scope="session")
-def up(up_old):
-    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
-    return up_old
-
 
 ROTARY = "rotary_emb.inv_freq"
 
@@ -114,30 +111,40 @@ def rule_lists(draw, spec: TreeSpec):
 
 
 @st.composite
-def cases(draw):
-    spec = draw(tree_specs())
+def cases(draw, *, skip_lists: bool):
+    """A tree, its checkpoint, the loader's lists and the mapper's drops. vLLM 0.28.0
+    (``skip_lists``) takes ``skip_prefixes`` / ``skip_substrs``; 0.34.0 the same skips as mapper
+    rules to ``None`` (``drops``), and word embeddings whose tied aliases it skips unasked."""
+    spec = draw(tree_specs(embeddings=not skip_lists, ties_p=3 if not skip_lists else 5))
     entries = draw(checkpoints(spec))
     lists = draw(rule_lists(spec))
+    drops = {"prefix": lists.pop("skip_prefixes"), "substr": lists.pop("skip_substrs")}
+    if skip_lists:
+        lists.update(skip_prefixes=drops["prefix"], skip_substrs=drops["substr"])
+        drops = {"prefix": None, "substr": None}
     mapped = draw(st.booleans()) and draw(st.booleans())
-    return spec, entries, lists, mapped
+    return spec, entries, lists, (mapped, drops)
 
 
-def _mapper(side, mapped):
-    if not mapped:
+def _mapper(side, how):
+    mapped, drops = how
+    prefix = {"ckpt.": ""} if mapped else {}
+    substr = {".dropme": None} if mapped else {}
+    prefix.update(dict.fromkeys(drops["prefix"] or ()))
+    substr.update(dict.fromkeys(drops["substr"] or ()))
+    if not (prefix or substr):
         return None
-    return side.WeightsMapper(
-        orig_to_new_prefix={"ckpt.": ""}, orig_to_new_substr={".dropme": None}
-    )
+    return side.WeightsMapper(orig_to_new_prefix=prefix, orig_to_new_substr=substr)
 
 
-def load_both(up, spec, entries, lists, mapped):
+def load_both(up, spec, entries, lists, how, *, skip_lists: bool = False):
     results = {}
-    for side in sides(up):
+    for side in sides(up, skip_lists=skip_lists):
         model = build(spec, side)
         given_lists = copy.deepcopy(lists)
-        weights = stream(entries, "ckpt." if mapped else "")
+        weights = stream(entries, "ckpt." if how[0] else "")
         loader = side.AutoWeightsLoader(model, **given_lists)
-        out = run(lambda: loader.load_weights(weights, mapper=_mapper(side, mapped)))  # noqa: B023
+        out = run(lambda: loader.load_weights(weights, mapper=_mapper(side, how)))  # noqa: B023
         results[side.name] = (out, model, weights.pulled, given_lists, loader)
     return results
 
@@ -191,10 +198,27 @@ def _ledger_problems(loader, outcome) -> list[Difference]:
     return out
 
 
+def _aliases(results) -> list[Difference]:
+    """Both loaders take the same names for tied-embedding aliases."""
+    u = getattr(results["upstream"][4], "aliased_params", {})
+    k = results["loadkit"][4].aliased_params
+    return [] if u == k else [Difference(f"aliased_params: upstream {u}, loadkit {k}")]
+
+
 @PROPERTY
-@given(case=cases())
+@given(case=cases(skip_lists=False))
 def test_auto_weights_loader_like_upstream(up, case):
-    spec, entries, lists, mapped = case
+    spec, entries, lists, how = case
     up.log.clear()
-    results = load_both(up, spec, entries, lists, mapped)
-    record("AutoWeightsLoader", compare(results, lists))
+    results = load_both(up, spec, entries, lists, how)
+    record("AutoWeightsLoader", compare(results, lists) + _aliases(results))
+
+
+@PROPERTY
+@given(case=cases(skip_lists=True))
+def test_skip_list_loader_like_vllm_0_28_0(up_old, case):
+    """bug 2's skip-list loader (``skip_prefixes`` / ``skip_substrs``) is vLLM 0.28.0's."""
+    spec, entries, lists, how = case
+    up_old.log.clear()
+    results = load_both(up_old, spec, entries, lists, how, skip_lists=True)
+    record("AutoWeightsLoader with skip lists (vLLM 0.28.0)", compare(results, lists))

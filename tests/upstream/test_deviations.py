@@ -1,4 +1,4 @@
-"""Each row of docs/fidelity.md's table "Where loadkit deviates from vLLM 0.28.0, and why", shown.
+"""Each row of docs/fidelity.md's table "Where loadkit deviates from vLLM 0.34.0, and why", shown.
 
 Every test runs the same input through upstream's code and loadkit's and asserts both sides of
 the difference, so a row whose difference disappears (either side changed) fails here.
@@ -40,12 +40,6 @@ from loadkit.reload import (
     weight_update_active,
 )
 from loadkit.reload.layerwise import ReloadStateError, reload_log
-
-
-@pytest.fixture(scope="session")
-def up(up_old):
-    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
-    return up_old
 
 
 def test_mapper_build_empty_suffix(up):
@@ -92,15 +86,52 @@ class Two(nn.Module):
         self.proj = nn.Linear(2, 2)
 
 
-def test_caller_lists_are_not_changed(up):
+def test_caller_lists_are_not_changed(up, up_old):
     for cls, changed in ((up.AutoWeightsLoader, True), (AutoWeightsLoader, False)):
-        skip, suffixes = ["x."], [".x"]
-        cls(Two(), skip_substrs=skip, ignore_unexpected_suffixes=suffixes).load_weights([])
-        if changed:  # upstream extends them in place: the next model gets these rules too
-            assert skip == ["x.", *up.AutoWeightsLoader.ROTARY_EMBEDS_UNUSED_WEIGHTS]
-            assert suffixes == [".x", ".bias"]
-        else:
-            assert skip == ["x."] and suffixes == [".x"]
+        suffixes = [".x"]
+        cls(Two(), ignore_unexpected_suffixes=suffixes).load_weights([])
+        # upstream extends it in place on every load: the next model gets these rules too
+        assert suffixes == ([".x", ".bias"] if changed else [".x"])
+    # vLLM 0.28.0's skip lists (bug 2's loader keeps them), extended the same way
+    from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
+
+    for cls, changed in ((up_old.AutoWeightsLoader, True), (AutoWeightsLoaderWithSkips, False)):
+        skip = ["x."]
+        cls(Two(), skip_substrs=skip).load_weights([])
+        rotary = list(up_old.AutoWeightsLoader.ROTARY_EMBEDS_UNUSED_WEIGHTS)
+        assert skip == (["x.", *rotary] if changed else ["x."])
+
+
+def test_no_log_line_for_a_weight_of_another_dtype(up):
+    # vLLM 0.32.0+: a warning for a narrowing load, a debug line for an exact widening
+    for weight, level in (
+        (torch.zeros(2, 2), "warning"),
+        (torch.zeros(2, 2, dtype=torch.bfloat16), "debug"),
+    ):
+        model = Two().to(torch.bfloat16 if level == "warning" else torch.float32)
+        up.log.clear()
+        up.AutoWeightsLoader(model).load_weights([("proj.weight", weight)])
+        said = [lv for _, lv, m in up.log.records if "with dtype" in m]
+        assert said == [level]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loadkit says nothing (its ledger and inspect do)
+        AutoWeightsLoader(Two().to(torch.bfloat16)).load_weights(
+            [("proj.weight", torch.zeros(2, 2))]
+        )
+
+
+def test_every_nn_embedding_is_a_vocabulary_embedding(up):
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(4, 2)  # two vocabulary tables, one tensor
+            self.lm_head = nn.Embedding(4, 2)
+            self.lm_head.weight = self.embed.weight
+
+    # upstream counts only its VocabParallelEmbedding (its backend puts one in place of each
+    # vocabulary nn.Embedding); loadkit also takes nn.Embedding: the alias is skipped
+    assert up.AutoWeightsLoader(Tied()).aliased_params == {}
+    assert AutoWeightsLoader(Tied()).aliased_params == {"lm_head.weight": "embed.weight"}
 
 
 def test_shape_errors_are_loadkit_errors(up):
@@ -387,3 +418,18 @@ def test_direct_reload_refusals_are_loadkit_errors(up34):
             begin(m)
         assert isinstance(caught.value, RuntimeError) == (begin is not begin_direct_reload)
     assert isinstance(caught.value, DirectReloadError) and isinstance(caught.value, ValueError)
+
+
+def test_a_tuple_shard_id_is_refused(up):
+    # vLLM 0.34.0's merged layers take a tuple of consecutive shard ids (one tensor spanning
+    # several shards); loadkit's merged loader loads one shard, or all of them (None)
+    from loadkit.errors import ShardIdError
+    from loadkit.parallel import MergedColumnParallelLinear
+    from upstream.test_shard_tracking_upstream import _twin
+
+    ours = MergedColumnParallelLinear(4, [4, 4, 4], bias=False)
+    theirs = _twin(up, ours)
+    assert theirs.validate_shard_id((0, 1), ours.weight)
+    assert theirs.pop_missing_shards() == ["weight.2"]
+    with pytest.raises(ShardIdError, match=r"shard id \(0, 1\) is not one of 0, 1, 2"):
+        ours.validate_shard_id((0, 1), ours.weight)

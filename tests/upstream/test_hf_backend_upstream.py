@@ -1,12 +1,14 @@
-"""The ``vllm`` column of ``inspect --model hf`` against vLLM 0.28.0's Transformers backend itself.
+"""The ``vllm`` column of ``inspect --model hf`` against vLLM 0.34.0's Transformers backend itself.
 
 For every (architecture, mutation) of ``hf_cases`` (checkpoints transformers wrote), upstream's
 wrapper is built from the wheel's source (``upstream.hf_backend``) and really loads the
 checkpoint on the CPU: its ``AutoWeightsLoader`` raises at the first name it cannot place (the
 keys under that name are set aside and the load is run again, until it passes), and
 ``DefaultModelLoader.track_weights_loading`` names what no key filled. loadkit's header-only
-answer must be the same: the wrapper chosen, its skip lists, every rule of the derived mapper and
-where it sends every key, and the missing, unexpected and mismatched names.
+answer must be the same: the wrapper chosen, its ignore lists, every rule of the derived mapper
+(transformers' renamings, the regex rules, the drops LegacyMixin adds) and where it sends every
+key, which names are aliases of a tied word embedding, and the missing, unexpected and mismatched
+names.
 """
 
 from __future__ import annotations
@@ -30,16 +32,10 @@ from hf_cases import (
 )
 
 from loadkit import open_checkpoint
+from loadkit.loading.tensors import tied_embedding_aliases
 from loadkit.models.transformers import from_config
 from loadkit.models.transformers.config import load_config
 from upstream.hf_backend import Backend, load_backend
-
-
-@pytest.fixture(scope="session")
-def up(up_old):
-    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
-    return up_old
-
 
 NO_SUCH_NAME = re.compile(r"There is no module or parameter named '([^']*)'")
 NESTED = re.compile(r"Attempted to load nested weight '([^']*)'")
@@ -160,12 +156,17 @@ def test_vllm_column_equals_upstream(arch, mutation, backend, hf_clean, tmp_path
     assert _regex_rules(up_mapper) == _regex_rules(our_mapper)
     for key in open_checkpoint(folder).tensors:
         assert our_mapper.map_name(key) == up_mapper._map_name(key), key
+    for stage in ("prefix", "substr", "suffix", "stacked"):
+        table = f"orig_to_new_{stage}"
+        assert getattr(our_mapper, table) == getattr(up_mapper, table), table
     # Before any load: upstream's AutoWeightsLoader extends these lists in place (a documented
     # deviation, "caller-lists").
     fresh = backend.build(config)
-    for attr in ("skip_prefixes", "skip_substrs", "ignore_unexpected_prefixes"):
+    for attr in ("ignore_unexpected_prefixes", "ignore_unexpected_suffixes"):
         assert getattr(ours_model, attr) == getattr(fresh, attr), attr
     assert {n for n, _ in ours_model.named_parameters()} == {n for n, _ in fresh.named_parameters()}
+    aliases = backend.aliases(fresh)
+    assert tied_embedding_aliases(ours_model) == aliases
 
     ours, report = loadkit_verdict(folder)
     if (arch, mutation) in HEAD_BIAS_INSIDE_BASE | HEAD_BIAS_PREFIXED:
@@ -176,14 +177,17 @@ def test_vllm_column_equals_upstream(arch, mutation, backend, hf_clean, tmp_path
     )
 
 
-def test_the_six_divergences_are_vllms_own(backend, hf_clean):
-    """The six untouched checkpoints vLLM's backend refuses, refused by upstream's code."""
-    for arch in ("bart", "mbart", "deberta-v2", "electra", "distilbert-cls", "llama-cls"):
+def test_the_divergences_are_vllms_own(backend, hf_clean):
+    """Untouched checkpoints vLLM 0.34.0's backend refuses, refused by upstream's code (T5 for
+    its untied embeddings; GPT-NeoX, refused by 0.28.0, loads)."""
+    for arch in ("bart", "mbart", "deberta-v2", "electra", "distilbert-cls", "llama-cls", "t5"):
         folder = hf_clean(arch)
         config, _ = load_config(folder)
         theirs, _ = upstream_verdict(backend, config, folder)
         assert not theirs.clean, arch
         assert theirs == loadkit_verdict(folder)[0], arch
+    folder = hf_clean("gpt-neox")
+    assert upstream_verdict(backend, load_config(folder)[0], folder)[0].clean
 
 
 def test_harness_loads_real_values(backend, hf_clean):

@@ -1,8 +1,11 @@
-"""The pooling adapter's prefix probe against upstream's ``_create_pooling_model_cls``."""
+"""The pooling adapter's prefix probe against vLLM 0.34.0's ``_create_pooling_model_cls``: where
+it stops, what it holds (clones only under a load format whose iterator may reuse buffers), what
+it forwards, and the loader it falls back on (with the model's mapper, since 0.29.0)."""
 
 from __future__ import annotations
 
-import pytest
+import types
+
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,12 +24,6 @@ from upstream.common import (
     tensor_differences,
 )
 from upstream.trees import TreeSpec, build, tree_specs
-
-
-@pytest.fixture(scope="session")
-def up(up_old):
-    """vLLM 0.28.0 for this module's properties until they move to 0.34.0 (issue 35)."""
-    return up_old
 
 
 class CloneTrace(TorchDispatchMode):
@@ -97,9 +94,9 @@ def cases(draw):
         elif layout == "mapped":
             ck = "ckpt." + q
         entries.append((ck, shapes[q], dtypes[q]))
-    # A checkpoint that only matches after mapping needs the model's own load_weights (the
-    # one that applies hf_to_vllm_mapper); without it, both sides rightly raise.
-    own_load = layout == "mapped" or draw(st.booleans())
+    # A checkpoint that only matches after mapping: the model's own load_weights applies
+    # hf_to_vllm_mapper, and since vLLM 0.29.0 so does the probe's fallback loader.
+    own_load = draw(st.booleans())
     mapper_rules = None
     if layout == "mapped" or draw(rare(3)):
         mapper_rules = {
@@ -108,26 +105,30 @@ def cases(draw):
         }
     # Keys the model does not have, in front: the probe walks (and clones) past them. Rarely
     # one that nothing skips or drops: then both loaders raise once the probe is done.
-    # (only a model's own load_weights applies its mapper: without one, nothing drops them)
-    droppable = ["x.dropme", "ckpt.x.dropme"] if mapper_rules and own_load else []
+    droppable = ["x.dropme", "ckpt.x.dropme"] if mapper_rules else []
     junk = ["rotary_emb.inv_freq", *droppable]
     for _ in range(draw(st.integers(0, 3))):
         name = "vision.weight" if draw(rare(15)) else draw(st.sampled_from(junk))
         entries.insert(draw(st.integers(0, min(2, len(entries)))), (name, (2,), torch.float32))
-    return spec, entries, own_load, mapper_rules
+    # vLLM's --load-format: owned tensors (no clone), or a format whose iterator may reuse them
+    load_format = draw(st.sampled_from(["auto", "safetensors", "fastsafetensors", "dummy"]))
+    return spec, entries, own_load, mapper_rules, load_format
 
 
 @PROPERTY
 @given(case=cases())
 def test_pooling_probe_like_upstream(up, case):
-    spec, entries, own_load, mapper_rules = case
+    spec, entries, own_load, mapper_rules, load_format = case
     results = {}
+    vllm_config = types.SimpleNamespace(load_config=types.SimpleNamespace(load_format=load_format))
     for side in sides(up):
         cls = model_class(spec, side, own_load=own_load, mapper_rules=mapper_rules)
         pooling = (
-            up.pooling_class(cls) if side.name == "upstream" else loadkit.as_pooling_model(cls)
+            up.pooling_class(cls)
+            if side.name == "upstream"
+            else loadkit.as_pooling_model(cls, load_format=load_format)
         )
-        model = pooling(vllm_config=None)
+        model = pooling(vllm_config=vllm_config)
         weights = stream(entries)
         with CloneTrace() as clones:
             out = run(lambda: model.load_weights(weights))  # noqa: B023

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
@@ -50,6 +50,7 @@ class NodeSpec:
     own: str | None = None  # None, "auto", "partial", "none"
     take: int = 0
     batchnorm: int = 0  # > 0: an nn.BatchNorm1d of this size instead
+    embedding: bool = False  # a word embedding (the side's VocabEmbedding class)
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,16 @@ def node_specs(
     return NodeSpec(name, tensors, tuple(children), own, draw(st.integers(0, 4)))
 
 
+def _as_embeddings(node: NodeSpec, path: str, paths: set[str]) -> NodeSpec:
+    """``node`` with the modules at ``paths`` made word embeddings."""
+    children = tuple(_as_embeddings(c, join(path, c.name), paths) for c in node.children)
+    return replace(node, children=children, embedding=path in paths and not node.batchnorm)
+
+
 @st.composite
-def tree_specs(draw, *, ties: bool = True, ties_p: int = 5, **kw):
+def tree_specs(draw, *, ties: bool = True, ties_p: int = 5, embeddings: bool = False, **kw):
+    """Trees; ``embeddings``: some modules are word embeddings, and a tie, when there is one,
+    is most often between two of them (the tied head vLLM 0.29.0 skips unasked)."""
     spec = TreeSpec(draw(node_specs(**kw)))
     params = [(q, t) for q, t in spec.tensors() if t.kind == "param"]
     modules = [p for p, n in spec.nodes() if not n.batchnorm]
@@ -166,6 +175,12 @@ def tree_specs(draw, *, ties: bool = True, ties_p: int = 5, **kw):
         others = [m for m in modules if m != owner]
         if others:
             spec = TreeSpec(spec.root, ((source, draw(st.sampled_from(others))),))
+    if embeddings and modules:
+        marked = set(draw(st.lists(st.sampled_from(modules), max_size=2)))
+        for source, module in spec.ties:
+            if draw(st.integers(0, 3)):  # three in four ties: both ends word embeddings
+                marked |= {source.rpartition(".")[0], module}
+        spec = TreeSpec(_as_embeddings(spec.root, "", marked), spec.ties)
     return spec
 
 
@@ -256,7 +271,7 @@ def build(spec: TreeSpec, side: Side) -> nn.Module:
         attrs = {}
         if node.own:
             attrs["load_weights"] = _own_load_weights(node.own, node.take, side, path, received)
-        cls = type(name, (nn.Module,), attrs)
+        cls = type(name, (side.VocabEmbedding if node.embedding else nn.Module,), attrs)
         module = cls()
         for t in node.tensors:
             value = exact_values(t.shape, next(seq), t.dtype)

@@ -204,8 +204,8 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head.logits(self.model(input_ids))
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        skip = ["lm_head."] if self.config.tie_word_embeddings else None
-        loader = AutoWeightsLoader(self, skip_prefixes=skip)
+        # A tied lm_head.weight is an alias of model.embed_tokens.weight: skipped unasked.
+        loader = AutoWeightsLoader(self)
         loaded = loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
         self.ledger = loader.ledger
         return loaded

@@ -8,8 +8,9 @@ Four behaviours:
 - ``"old"``: the loader in ``Plamo2ForCausalLM``, over full names (``model.norm.weight``); it
   skips a tied ``lm_head.weight`` and rotary names itself, and returns ``None``.
 - ``"new"``: the loader in ``Plamo2Model``, final norm matched by ``name == "norm.weight"``;
-  ``Plamo2ForCausalLM`` delegates through ``AutoWeightsLoader`` (``skip_prefixes=["lm_head."]``
-  when tied) and returns the set of loaded names.
+  ``Plamo2ForCausalLM`` delegates through ``AutoWeightsLoader`` as vLLM 0.26.0 had it
+  (``skip_prefixes=["lm_head."]`` when tied: ``skips.AutoWeightsLoaderWithSkips``) and returns
+  the set of loaded names.
 - ``"moved-verbatim"``: moved but the test kept: it never matches, the final norm loses +1.0.
 - ``"loose-match"``: ``"norm.weight" in name``: also matches the B/C/dt/q/k norms (+1.0 each).
 
@@ -18,13 +19,18 @@ MLPs hold parameters with upstream names and shapes but no forward; nothing pret
 mamba scan.
 
 ``config`` (the sizes and behaviours), ``model`` (the modules, the conversions and both loaders),
-``checkpoint`` (the generator and the header inference).
+``checkpoint`` (the generator and the header inference), ``skips`` (the skip-list
+``AutoWeightsLoader`` of vLLM 0.28.0 and before, Plamo2's).
+
+Plamo2 itself left vLLM after 0.26.0 (PR #49729); the pitfall it teaches, a loader moved into a
+child that now sees its names without the child's prefix, did not.
 """
 
 from loadkit.errors import require_torch
 
 require_torch(__name__)  # one line naming the extra, not "No module named torch"
 
+from loadkit.models._common import RMSNorm, rms_norm
 from loadkit.models.plamo2.checkpoint import (
     checkpoint_name,
     config_from_checkpoint,
@@ -77,10 +83,12 @@ __all__ = [
     "Plamo2ForCausalLM",
     "Plamo2MambaMixer",
     "Plamo2Model",
+    "RMSNorm",
     "checkpoint_name",
     "config_from_checkpoint",
     "convert",
     "make_checkpoint",
     "rename",
     "reorder_in_proj",
+    "rms_norm",
 ]

@@ -14,7 +14,6 @@ from loadkit.errors import (
     ShapeMismatchError,
     UnknownNameError,
 )
-from loadkit.loading.auto_loader import AutoWeightsLoader
 from loadkit.loading.ledger import LoadLedger, remember
 from loadkit.loading.tensors import qualname
 from loadkit.loading.weight_loaders import (
@@ -26,6 +25,7 @@ from loadkit.loading.weight_loaders import (
 )
 from loadkit.models._common import RMSNorm
 from loadkit.models.plamo2.config import BEHAVIOURS, Plamo2Config
+from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
 from loadkit.terms import Status, check_behaviour
 
 # --- modules (upstream names and shapes) ----------------------------------------------------------
@@ -324,8 +324,9 @@ class Plamo2ForCausalLM(nn.Module):
         if self.behaviour == "old":
             self._load_weights_old(weights)
             return None
+        # vLLM 0.26.0's call (skip_prefixes left vLLM in 0.29.0: plamo2.skips says more)
         skip = ["lm_head."] if self.config.tie_word_embeddings else None
-        return AutoWeightsLoader(self, skip_prefixes=skip).load_weights(weights)
+        return AutoWeightsLoaderWithSkips(self, skip_prefixes=skip).load_weights(weights)
 
     def _load_weights_old(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """The pre-#41699 loader: one loop over full names, parameters found by name.

@@ -1,12 +1,13 @@
 """``Base``: any transformers model as a loadkit model, as vLLM's Transformers backend does it.
 
-Re-implements the loading half of vLLM 0.28.0's ``vllm/model_executor/models/transformers/
+Re-implements the loading half of vLLM 0.34.0's ``vllm/model_executor/models/transformers/
 base.py``: transformers builds the model (``AutoModel.from_config``) as ``self.model``, and
 ``_create_hf_to_vllm_mapper`` derives the ``hf_to_vllm_mapper`` from transformers' own weight
-renamings, its ignore list and its base-model prefix; ``load_weights`` is an ``AutoWeightsLoader``
-over the wrapper with that mapper. What upstream does for serving (tensor- and pipeline-parallel
-layer replacement, attention instances, torch.compile) is left out: it changes no name. Tensor
-parallelism is ``loadkit.parallel``'s concern.
+renamings (the model's, and since 0.34.0 those registered for a class in ``architectures`` that
+``AutoModel`` did not build), its ignore list and its base-model prefix; ``load_weights`` is an
+``AutoWeightsLoader`` over the wrapper with that mapper. What upstream does for serving (tensor-
+and pipeline-parallel layer replacement, attention instances, torch.compile) is left out: it
+changes no name. Tensor parallelism is ``loadkit.parallel``'s concern.
 
 Where loadkit differs from upstream, on purpose:
 
@@ -25,7 +26,7 @@ import copy
 import re
 from collections.abc import Iterable
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -76,8 +77,6 @@ class Base(nn.Module):
         self.device_ = torch.device(device)
 
         # Attributes for weight loading (see load_weights); mixins extend them.
-        self.skip_prefixes: list[str] = []
-        self.skip_substrs: list[str] = []
         self.ignore_unexpected_prefixes: list[str] = []
         self.ignore_unexpected_suffixes: list[str] = []
         # (stage, rule text) -> where the rule comes from, for the inspect report.
@@ -93,6 +92,7 @@ class Base(nn.Module):
                 **self._from_config_kwargs()
             )
         self._create_hf_to_vllm_mapper()
+        self._replace_vocab_embeddings()
         self.init_parameters(self.model)
         self.keep_in_fp32(self.model)
 
@@ -117,81 +117,152 @@ class Base(nn.Module):
         """Derive ``hf_to_vllm_mapper`` as upstream does, from transformers' own metadata.
 
         - transformers' weight renamings (``WeightRenaming`` entries of
-          ``get_model_conversion_mapping``), as the renaming stage;
+          ``_weight_conversions``), as the renaming stage;
         - each pattern of ``_keys_to_ignore_on_load_unexpected``: a regex that drops the key;
         - a checkpoint saved under another base-model prefix: ``^{bmp}\\.(.+)`` -> ``model.\\1``;
         - saved without the prefix (the name starts with a direct child of ``self.model``):
           ``model.`` + name;
         - saved with a ``model.`` prefix that is no child: the rest;
         - an ``lm_head`` saved inside the base model: ``lm_head...``.
+
+        Each rule's origin is noted in ``mapper_rule_origins`` (the inspect report shows it).
         """
-        from transformers.conversion_mapping import (
-            get_checkpoint_conversion_mapping,
-            get_model_conversion_mapping,
+        renaming = self._renamings()
+        regex: dict[str | re.Pattern[str], str | None] = {}
+        self._ignore_rules(regex)
+        self._prefix_rules(regex)
+        self.hf_to_vllm_mapper = WeightsMapper(
+            orig_to_new_renaming=renaming, orig_to_new_regex=regex
         )
+
+    def _renamings(self) -> list[Any]:
+        """The ``WeightRenaming`` entries of ``_weight_conversions`` (``WeightConverter``
+        entries, merging experts or splitting qkv, are not handled upstream either: a TODO
+        there), each noted with where transformers registers it."""
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
         from transformers.core_model_loading import WeightRenaming
 
-        model = self.model
-        cls = type(model).__name__
+        cls = type(self.model).__name__
         origins = self.mapper_rule_origins
         legacy = {renaming_label(r) for r in get_checkpoint_conversion_mapping("legacy") or ()}
-
-        renaming = []
-        for mapping in get_model_conversion_mapping(model):
-            # WeightConverter entries (merging experts, splitting qkv) are not handled upstream
-            # either (a TODO there): only pure renamings are taken.
-            if isinstance(mapping, WeightRenaming):
-                renaming.append(mapping)
-                label = renaming_label(mapping)
-                kind = "legacy renamings" if label in legacy else f"{cls}'s conversion mapping"
+        built = {type(m).__name__ for m in self.model.modules()}
+        for arch in getattr(self.config, "architectures", None) or []:
+            for m in get_checkpoint_conversion_mapping(arch) or () if arch not in built else ():
                 origins.setdefault(
-                    ("renaming", label),
-                    f"{FROM_TRANSFORMERS}: get_model_conversion_mapping ({kind})",
+                    ("renaming", renaming_label(m)),
+                    f"{FROM_TRANSFORMERS}: get_checkpoint_conversion_mapping({arch!r}) (a class "
+                    "AutoModel did not build)",
                 )
+        renaming = [m for m in self._weight_conversions() if isinstance(m, WeightRenaming)]
+        for mapping in renaming:
+            label = renaming_label(mapping)
+            kind = "legacy renamings" if label in legacy else f"{cls}'s conversion mapping"
+            origins.setdefault(
+                ("renaming", label), f"{FROM_TRANSFORMERS}: get_model_conversion_mapping ({kind})"
+            )
+        return renaming
 
-        regex: dict[str | re.Pattern[str], str | None] = {}
+    def _add_rule(
+        self,
+        regex: dict[str | re.Pattern[str], str | None],
+        pattern: str,
+        target: str | None,
+        origin: str,
+    ) -> None:
+        rx = re.compile(pattern)
+        regex[rx] = target
+        self.mapper_rule_origins[("regex", rx.pattern)] = origin
 
-        def add(pattern: str, target: str | None, origin: str) -> None:
-            rx = re.compile(pattern)
-            regex[rx] = target
-            origins[("regex", rx.pattern)] = origin
-
+    def _ignore_rules(self, regex: dict[str | re.Pattern[str], str | None]) -> None:
+        """A rule dropping each pattern of ``_keys_to_ignore_on_load_unexpected``."""
+        model = self.model
+        origin = f"{FROM_TRANSFORMERS}: {type(model).__name__}._keys_to_ignore_on_load_unexpected"
         for key in sorted(model._keys_to_ignore_on_load_unexpected or ()):
-            add(key, None, f"{FROM_TRANSFORMERS}: {cls}._keys_to_ignore_on_load_unexpected")
+            self._add_rule(regex, key, None, origin)
 
+    def _prefix_rules(self, regex: dict[str | re.Pattern[str], str | None]) -> None:
+        """The rules that standardise the base-model prefix, and a nested ``lm_head``'s."""
+        model = self.model
+        cls = type(model).__name__
         bmp = model.base_model_prefix
         expected_bmp = r"model.\1"
         if bmp and bmp != "model":
-            add(
-                rf"^{bmp}\.(.+)",
-                expected_bmp,
-                f"{DERIVED}: a checkpoint saved under its base_model_prefix {bmp!r}",
-            )
+            origin = f"{DERIVED}: a checkpoint saved under its base_model_prefix {bmp!r}"
+            self._add_rule(regex, rf"^{bmp}\.(.+)", expected_bmp, origin)
         direct_children = chain(
             model.named_children(),
             model.named_parameters(recurse=False),
             model.named_buffers(recurse=False),
         )
         children = "|".join(name for name, _ in direct_children)
-        add(
-            rf"^(?!model\.)(({children}).*)",
-            expected_bmp,
-            f"{DERIVED}: a checkpoint saved without the base-model prefix "
-            f"(a direct child of {cls})",
+        origin = (
+            f"{DERIVED}: a checkpoint saved without the base-model prefix (a direct child of {cls})"
         )
-        add(
-            rf"^(model\.)((?!{children}).+)",
-            r"\2",
-            f"{DERIVED}: a 'model.' prefix on a name that is no child of {cls}",
+        self._add_rule(regex, rf"^(?!model\.)(({children}).*)", expected_bmp, origin)
+        origin = f"{DERIVED}: a 'model.' prefix on a name that is no child of {cls}"
+        self._add_rule(regex, rf"^(model\.)((?!{children}).+)", r"\2", origin)
+        origin = "vLLM's rule: an lm_head saved inside the base model"
+        self._add_rule(regex, r"^model\.(.+\.)*(lm_head.+)", r"\2", origin)
+
+    def _weight_conversions(self) -> list[Any]:
+        """transformers' weight conversions for ``self.model``, and (vLLM 0.34.0) those
+        registered for each class of ``config.architectures`` that ``AutoModel`` did not build
+        (a head's renaming, such as GPT-NeoX's ``embed_out`` -> ``lm_head``)."""
+        from transformers.conversion_mapping import (
+            get_checkpoint_conversion_mapping,
+            get_model_conversion_mapping,
         )
-        add(
-            r"^model\.(.+\.)*(lm_head.+)",
-            r"\2",
-            "vLLM's rule: an lm_head saved inside the base model",
-        )
-        self.hf_to_vllm_mapper = WeightsMapper(
-            orig_to_new_renaming=renaming, orig_to_new_regex=regex
-        )
+
+        mappings = list(get_model_conversion_mapping(self.model))
+        built = {type(m).__name__ for m in self.model.modules()}
+        for arch in getattr(self.config, "architectures", None) or []:
+            if arch not in built:
+                mappings.extend(get_checkpoint_conversion_mapping(arch) or [])
+        return mappings
+
+    def _vocab_embeddings(self) -> list[nn.Embedding]:
+        """The ``nn.Embedding``s of ``self.model`` that hold a vocabulary (vLLM 0.34.0): those of
+        the input embedding, and any whose size is one of the config's ``*vocab_size*``."""
+        from transformers import PretrainedConfig
+
+        def vocab_sizes(config: Any) -> Iterable[int]:
+            for key, value in vars(config).items():
+                if isinstance(value, PretrainedConfig):
+                    yield from vocab_sizes(value)
+                elif "vocab_size" in key and isinstance(value, int):
+                    yield value
+
+        sizes = set(vocab_sizes(self.config))
+        found = [
+            m for m in self.model.get_input_embeddings().modules() if isinstance(m, nn.Embedding)
+        ]
+        found += [
+            m
+            for m in self.model.modules()
+            if isinstance(m, nn.Embedding) and m.num_embeddings in sizes
+        ]
+        return list({id(m): m for m in found}.values())
+
+    def _replace_vocab_embeddings(self) -> None:
+        """What upstream's ``recursive_replace`` does to the names: each vocabulary embedding it
+        reaches (children first, a replaced module not entered) gets a weight of its own, as
+        its ``VocabParallelEmbedding`` replacement has; a module reached twice keeps the first.
+        So two modules that shared one table (an encoder's and a decoder's ``embed_tokens`` and
+        ``shared``) no longer do: each is a parameter a load must fill (docs/fidelity.md)."""
+        vocab = {id(m) for m in self._vocab_embeddings()}
+        done: set[int] = set()
+
+        def walk(module: nn.Module) -> None:
+            for child in module.children():
+                if id(child) not in vocab:
+                    walk(child)
+                elif id(child) not in done:
+                    done.add(id(child))
+                    w = cast(torch.Tensor, child.weight)  # an nn.Embedding's
+                    device = w.device if w.device.type == "meta" else self.device_
+                    child.weight = nn.Parameter(torch.empty_like(w, device=device))
+
+        walk(self.model)
 
     def _get_tie_word_embeddings(self) -> bool:
         # transformers v4 kept this on the text config, v5 on the top-level one.
@@ -235,8 +306,6 @@ class Base(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loader = AutoWeightsLoader(
             self,
-            skip_prefixes=self.skip_prefixes,
-            skip_substrs=self.skip_substrs,
             ignore_unexpected_prefixes=self.ignore_unexpected_prefixes,
             ignore_unexpected_suffixes=self.ignore_unexpected_suffixes,
         )
@@ -255,8 +324,6 @@ class Base(nn.Module):
             "architectures": list(getattr(self.config, "architectures", None) or []),
             "base_model_prefix": self.model.base_model_prefix,
             "tie_word_embeddings": self._get_tie_word_embeddings(),
-            "skip_prefixes": list(self.skip_prefixes),
-            "skip_substrs": list(self.skip_substrs),
             "transformers_version": transformers.__version__,
             "config": getattr(self, "config_source", None),
             "wrapper_reason": getattr(self, "wrapper_reason", None),

@@ -3,8 +3,9 @@
 
 The transformers base model has no head: the wrapper adds ``lm_head`` (upstream a
 ``ParallelLMHead``; here one ``[vocab, hidden]`` weight, as with a single rank), ties it to the
-input embedding when the config says so (then a checkpoint's ``lm_head.weight`` is skipped, as it
-would overwrite the shared embedding), and loads an ``lm_head.bias`` when the checkpoint has one.
+input embedding when the config says so (then a checkpoint's ``lm_head.weight`` is an alias of
+the embedding, which ``AutoWeightsLoader`` skips since vLLM 0.29.0, as it would overwrite the
+shared embedding), and loads an ``lm_head.bias`` when the checkpoint has one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from loadkit.loading.tensors import VocabEmbedding
 from loadkit.loading.weight_loaders import default_weight_loader, loader_of, set_weight_attrs
 
 if TYPE_CHECKING:
@@ -24,8 +26,9 @@ else:
     _Base = object
 
 
-class LMHead(nn.Module):
+class LMHead(VocabEmbedding):
     """The output projection: ``weight [vocab, hidden]``; a bias only once a checkpoint has one.
+    A vocabulary embedding, as upstream's ``ParallelLMHead`` is.
 
     >>> head = LMHead(64, 16, device="meta")
     >>> tuple(head.weight.shape), head.bias
@@ -69,8 +72,6 @@ class CausalMixin(_Base):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         tie_word_embeddings = self._get_tie_word_embeddings()
-        if tie_word_embeddings:
-            self.skip_prefixes.append("lm_head.")
         text = self.text_config
         self.lm_head = LMHead(
             text.vocab_size, text.hidden_size, dtype=self.model_dtype, device=self.device_

@@ -36,14 +36,15 @@ class TransformersForCausalLM(CausalMixin, Base):
 
 
 class TransformersEmbeddingModel(EmbeddingMixin, LegacyMixin, Base):
-    """An encoder used for embeddings: ``model`` alone, with the legacy skip rules.
+    """An encoder used for embeddings: ``model`` alone, with the legacy drop rules.
 
     >>> from transformers import BertConfig
     >>> cfg = BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
     ...                  num_attention_heads=2, vocab_size=64)
     >>> m = TransformersEmbeddingModel(cfg, device="meta")
-    >>> type(m.model).__name__, m.skip_prefixes[:2], m.skip_substrs
-    ('BertModel', ['model.lm_head.', 'model.predictions.'], ['position_ids', 'score.bias'])
+    >>> drop = m.hf_to_vllm_mapper.map_name
+    >>> type(m.model).__name__, drop("embeddings.position_ids"), drop("score.bias")
+    ('BertModel', None, None)
     """
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper, ledger_of
 from loadkit.errors import NestedWeightError, ShapeMismatchError, UnknownNameError, WeightLoadError
+from loadkit.loading.tensors import VocabEmbedding
 
 
 class Block(nn.Module):
@@ -55,43 +56,77 @@ def test_batchnorm_stats_and_persistent_buffers_load():
     assert model.bn.num_batches_tracked.item() == 7 and model.scale.tolist() == [2.0, 2.0]
 
 
-def test_mapper_applied_first_then_skips():
+def test_mapper_applied_first_then_drops():
     model = Net()
-    mapper = WeightsMapper(orig_to_new_prefix={"hf.": ""}, orig_to_new_substr={"junk": None})
+    mapper = WeightsMapper(
+        orig_to_new_prefix={"hf.": "", "lm_head.": None}, orig_to_new_substr={"junk": None}
+    )
     w = {
         "hf.embed.weight": torch.ones(5, 3),
         "hf.junk": torch.ones(1),
         "lm_head.weight": torch.ones(1),
     }
-    loaded = AutoWeightsLoader(model, skip_prefixes=["lm_head."]).load_weights(
-        w.items(), mapper=mapper
-    )
-    assert loaded == {"embed.weight"}
+    loader = AutoWeightsLoader(model)
+    assert loader.load_weights(w.items(), mapper=mapper) == {"embed.weight"}
     assert torch.equal(model.embed.weight.data, torch.ones(5, 3))
+    rules = {e.name: (e.status, e.rule) for e in loader.ledger.entries}
+    assert rules["lm_head.weight"] == ("dropped by mapper", "prefix 'lm_head.'")
+    assert rules["hf.junk"] == ("dropped by mapper", "substr 'junk'")
 
 
-def test_skip_prefix_substr_and_rotary_always_skipped():
+def test_rotary_buffers_are_dropped_by_the_loaders_own_mapper():
     model = Net()
     w = {
         "layers.0.rotary_emb.inv_freq": torch.ones(1),
         "rotary_pos_emb.inv_freq": torch.ones(1),
         "layers.1.rotary_emb.cos_cached": torch.ones(1),
+        "embed.weight": torch.ones(5, 3),
+    }
+    loader = AutoWeightsLoader(model)
+    assert loader.load_weights(w.items()) == {"embed.weight"}
+    statuses = {e.name: (e.status, e.rule) for e in loader.ledger.entries}
+    assert statuses["layers.0.rotary_emb.inv_freq"] == (
+        "dropped by mapper",
+        "substr 'rotary_emb.inv_freq' (AutoWeightsLoader's rotary mapper)",
+    )
+    assert statuses["rotary_pos_emb.inv_freq"][0] == "dropped by mapper"
+    # the rotary rules join the caller's mapper for the load; the caller's stays as it was
+    mine = WeightsMapper(orig_to_new_prefix={"hf.": ""})
+    AutoWeightsLoader(Net()).load_weights(
+        [("hf.rotary_emb.sin_cached", torch.ones(1))], mapper=mine
+    )
+    assert mine.orig_to_new_substr == {}
+    assert "skip_prefixes" not in AutoWeightsLoader.__init__.__code__.co_varnames
+
+
+def test_the_skip_list_loader_of_vllm_0_28_skips_by_prefix_and_substring():
+    from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
+
+    model = Net()
+    w = {
+        "layers.0.rotary_emb.inv_freq": torch.ones(1),
         "foo.x": torch.ones(1),
         "bar.extra_stuff.y": torch.ones(1),
         "embed.weight": torch.ones(5, 3),
     }
-    loader = AutoWeightsLoader(model, skip_prefixes=["foo."], skip_substrs=["extra_stuff"])
+    loader = AutoWeightsLoaderWithSkips(model, skip_prefixes=["foo."], skip_substrs=["extra_stuff"])
     assert loader.load_weights(w.items()) == {"embed.weight"}
     statuses = {e.name: (e.status, e.rule) for e in loader.ledger.entries}
     assert statuses["foo.x"] == ("skipped", "skip_prefixes 'foo.'")
     assert statuses["bar.extra_stuff.y"] == ("skipped", "skip_substrs 'extra_stuff'")
-    assert statuses["layers.0.rotary_emb.inv_freq"][1].startswith("rotary")
+    assert statuses["layers.0.rotary_emb.inv_freq"] == (
+        "skipped",
+        "rotary, always skipped 'rotary_emb.inv_freq'",
+    )
 
 
 def test_callers_lists_are_not_changed():
-    prefixes, substrs = ["a."], ["b"]
-    AutoWeightsLoader(Net(), skip_prefixes=prefixes, skip_substrs=substrs).load_weights([])
-    assert prefixes == ["a."] and substrs == ["b"]
+    from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
+
+    prefixes, substrs, suffixes = ["a."], ["b"], [".c"]
+    AutoWeightsLoader(Net(), ignore_unexpected_suffixes=suffixes).load_weights([])
+    AutoWeightsLoaderWithSkips(Net(), skip_prefixes=prefixes, skip_substrs=substrs).load_weights([])
+    assert prefixes == ["a."] and substrs == ["b"] and suffixes == [".c"]
 
 
 def test_ignore_unexpected_prefix_and_suffix():
@@ -286,20 +321,30 @@ def test_interleaved_groups_walk_consecutive_runs():
     assert model.inner.seen == ["a", "b"]  # called twice, once per run
 
 
-def test_tied_lm_head_overwrites_embedding_unless_skipped():
-    class Tied(nn.Module):
+def test_a_tied_embeddings_alias_is_skipped_unasked():
+    class Head(VocabEmbedding):  # what vLLM's ParallelLMHead is: a vocabulary embedding
         def __init__(self):
             super().__init__()
+            self.weight = nn.Parameter(torch.zeros(4, 2))
+
+    class Tied(nn.Module):
+        def __init__(self, head):
+            super().__init__()
             self.embed = nn.Embedding(4, 2)
-            self.lm_head = nn.Linear(2, 4, bias=False)
+            self.lm_head = head
             self.lm_head.weight = self.embed.weight
 
     w = [("embed.weight", torch.ones(4, 2)), ("lm_head.weight", torch.zeros(4, 2))]
-    m = Tied()
+    m = Tied(Head())
+    loader = AutoWeightsLoader(m)
+    assert loader.aliased_params == {"lm_head.weight": "embed.weight"}
+    assert loader.load_weights(w) == {"embed.weight"}
+    assert m.embed.weight.sum().item() == 8  # the alias did not overwrite the embedding
+    entry = next(e for e in loader.ledger.entries if e.name == "lm_head.weight")
+    assert (entry.status, entry.rule) == ("skipped", "tied embedding: an alias of 'embed.weight'")
+    assert loader.ledger.params["embed.weight"].aliases == ["lm_head.weight"]
+    # a plain nn.Linear head is no vocabulary embedding: upstream loads both, the last wins
+    m = Tied(nn.Linear(2, 4, bias=False))
+    assert AutoWeightsLoader(m).aliased_params == {}
     AutoWeightsLoader(m).load_weights(w)
     assert m.embed.weight.sum().item() == 0  # overwritten by lm_head
-    m = Tied()
-    loader = AutoWeightsLoader(m, skip_prefixes=["lm_head."])
-    assert loader.load_weights(w) == {"embed.weight"}
-    assert m.embed.weight.sum().item() == 8
-    assert loader.ledger.params["embed.weight"].aliases == ["lm_head.weight"]

@@ -9,6 +9,7 @@ from torch import nn
 
 from loadkit import AutoWeightsLoader, WeightsMapper
 from loadkit.errors import UnknownNameError
+from loadkit.models.plamo2.skips import AutoWeightsLoaderWithSkips
 from loadkit.terms import ENTRY_STATUSES, Status
 
 names = st.text(alphabet=string.ascii_lowercase[:6], min_size=1, max_size=3)
@@ -61,12 +62,12 @@ def scenarios(draw):
     return model, ckpt, mapper
 
 
-def expected_status(name, mapper, model_params):
+def expected_status(name, mapper, model_params, skip_list):
     mapped = mapper.map_name(name)
     if mapped is None:
         return Status.MAPPER_DROPPED
     if mapped.startswith("skipme."):
-        return Status.SKIPPED
+        return Status.SKIPPED if skip_list else Status.MAPPER_DROPPED
     if mapped in model_params:
         return Status.LOADED
     return Status.IGNORED
@@ -78,12 +79,16 @@ def expected_status(name, mapper, model_params):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(scenarios())
-def test_ledger_partitions_checkpoint_and_model(scenario):
+@given(scenarios(), st.booleans())
+def test_ledger_partitions_checkpoint_and_model(scenario, skip_list):
     model, ckpt, mapper = scenario
-    loader = AutoWeightsLoader(
-        model, skip_prefixes=["skipme."], ignore_unexpected_prefixes=["extra."]
-    )
+    if skip_list:  # vLLM 0.28.0's skip list, Plamo2's loader
+        loader: AutoWeightsLoader = AutoWeightsLoaderWithSkips(
+            model, skip_prefixes=["skipme."], ignore_unexpected_prefixes=["extra."]
+        )
+    else:  # vLLM 0.34.0: a skip is a mapper rule to None
+        mapper = mapper | WeightsMapper(orig_to_new_prefix={"skipme.": None})
+        loader = AutoWeightsLoader(model, ignore_unexpected_prefixes=["extra."])
     try:
         loaded = loader.load_weights(iter(ckpt), mapper=mapper)
     except UnknownNameError:
@@ -97,7 +102,7 @@ def test_ledger_partitions_checkpoint_and_model(scenario):
     assert [e.name for e in ledger.entries] == [n for n, _ in ckpt]
     assert all(e.status in ENTRY_STATUSES and e.status != Status.UNCONSUMED for e in ledger.entries)
     for e in ledger.entries:
-        want = expected_status(e.name, mapper, model_params)
+        want = expected_status(e.name, mapper, model_params, skip_list)
         top = [d for d in delegators if (e.mapped or "").startswith(d + ".")]
         if want in (Status.LOADED, Status.IGNORED) and top:
             want = Status.DELEGATED
@@ -136,15 +141,15 @@ def test_printed_ledger_example():
         ("model.vision_tower.patch.weight", torch.ones(3)),
         ("model.debug_probe", torch.ones(1)),
     ]
-    mapper = WeightsMapper(orig_to_new_prefix={"model.": ""}, orig_to_new_substr={"debug_": None})
-    loader = AutoWeightsLoader(
-        Small(), skip_prefixes=["lm_head."], ignore_unexpected_prefixes=["vision_tower."]
+    mapper = WeightsMapper(
+        orig_to_new_prefix={"model.": "", "lm_head.": None}, orig_to_new_substr={"debug_": None}
     )
+    loader = AutoWeightsLoader(Small(), ignore_unexpected_prefixes=["vision_tower."])
     loader.load_weights(ckpt, mapper=mapper)
     text = loader.ledger.table()
     print(text)
-    assert "3 loaded, 1 skipped, 1 ignored, 1 dropped by mapper" in text
-    assert "skip_prefixes 'lm_head.'" in text
+    assert "3 loaded, 1 ignored, 2 dropped by mapper" in text
+    assert "prefix 'lm_head.'" in text
     assert "ignore_unexpected_prefixes 'vision_tower.'" in text
     assert "substr 'debug_'" in text
     assert "never loaded: lm_head.weight" in text

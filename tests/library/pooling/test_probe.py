@@ -9,22 +9,23 @@ GEMMA = WeightsMapper(orig_to_new_prefix={"model.language_model.": "language_mod
 KEYS = [(f"model.language_model.{n}", 100) for n in ("embed.weight", "layer0.weight", "x", "y")]
 
 
-def test_old_never_hits_with_mapped_layout_and_clones_everything():
+def test_old_never_hits_with_mapped_layout_and_holds_everything():
     v = predict_probe(KEYS, PARAMS, mapper=GEMMA, behaviour="old")
     assert not v.hit and v.prefix is None
-    assert (v.walked, v.clones, v.cloned_bytes, v.forwarded, v.forwarded_bytes) == (
-        4,
-        4,
-        400,
-        4,
-        400,
-    )
+    assert (v.walked, v.walked_bytes, v.forwarded, v.forwarded_bytes) == (4, 400, 4, 400)
     assert v.walked_names == tuple(k for k, _ in KEYS)
+
+
+def test_clones_only_for_a_load_format_that_may_reuse_buffers():
+    # vLLM 0.34.0's _OWNED_TENSOR_LOAD_FORMATS: held as they are; any other format: clones
+    for fmt, cloned in (("auto", False), ("safetensors", False), ("fastsafetensors", True)):
+        v = predict_probe(KEYS, PARAMS, mapper=GEMMA, behaviour="old", load_format=fmt)
+        assert (v.cloned, v.load_format, v.walked_bytes) == (cloned, fmt, 400)
 
 
 def test_new_hits_first_key_through_the_mapper():
     v = predict_probe(KEYS, PARAMS, mapper=GEMMA, behaviour="new")
-    assert (v.prefix, v.hit_index, v.hit_key, v.walked, v.cloned_bytes) == (
+    assert (v.prefix, v.hit_index, v.hit_key, v.walked, v.walked_bytes) == (
         "",
         0,
         KEYS[0][0],

@@ -146,13 +146,11 @@ def test_the_model_section_names_what_was_built_and_how_it_loads():
         "model_type": "bert",
         "wrapper": "TransformersEmbeddingModel",
         "wrapper_reason": "an encoder",
-        "skip_prefixes": ["cls."],
     }
     hf = ModelSummary("hf", "TransformersEmbeddingModel", 5, 10, False, backend=backend)
     assert hf.render()[1:] == [
         "  transformers 5.0 built BertModel (model_type 'bert') as self.model",
         "  wrapper TransformersEmbeddingModel: an encoder",
-        "  skip_prefixes ['cls.']",
     ]
     assert hf.render()[0].endswith("loads with AutoWeightsLoader")
     assert hf.as_dict()["class"] == "TransformersEmbeddingModel"

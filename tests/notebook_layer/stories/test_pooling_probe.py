@@ -25,9 +25,9 @@ def runs(nb):
 def test_file_order_old_clones_everything_new_one(runs):
     old, new = runs("file order")["old"], runs("file order")["new"]
     assert (old.clones, new.clones) == (N_KEYS, 1)
-    assert old.cloned_bytes == old.total_bytes and pp.outcome(new)["cloned"] == "8 KiB"
+    assert old.cloned_bytes == old.total_bytes and pp.outcome(new)["bytes cloned"] == "8 KiB"
     assert old.probe.prefix is None and new.probe.prefix == ""
-    assert pp.hit(new.probe) == "#1 model.language_model.embed_tokens.weight"  # keys from 1
+    assert pp.hit(new.probe) == "#0 model.language_model.embed_tokens.weight"  # as inspect
     assert old.exact() == new.exact() == "61 of 61"
     assert [e["clones"] for e in old.events] == list(range(1, N_KEYS + 1))
     rec = pp.stream_record("file order", runs("file order"))
@@ -36,7 +36,7 @@ def test_file_order_old_clones_everything_new_one(runs):
 
 def test_q_k_v_first_new_holds_three_and_hits_the_fourth(runs):
     new = runs("q, k, v first")["new"]
-    assert pp.hit(new.probe) == "#4 model.language_model.layers.0.self_attn.o_proj.weight"
+    assert pp.hit(new.probe) == "#3 model.language_model.layers.0.self_attn.o_proj.weight"
     held = [n.rsplit(".", 2)[-2] for n in new.probe.walked_names[:-1]]
     assert held == ["q_proj", "k_proj", "v_proj"] and new.exact() == "61 of 61"
     assert runs("q, k, v first")["old"].clones == N_KEYS
@@ -61,26 +61,35 @@ def test_the_toggle_switches_streams_and_both_behaviours_stay_in_view(nb, runs):
 def test_outcome_table_has_both_columns(runs):
     table = pp.outcome_table(runs("file order")).splitlines()
     assert table[0].split() == ["old", "new"]
-    assert any(line.startswith("clones") and line.split()[-2:] == ["73", "1"] for line in table)
+    assert any(
+        line.startswith("clone() calls") and line.split()[-2:] == ["73", "1"] for line in table
+    )
+    assert any(line.startswith("keys held") and line.split()[-2:] == ["73", "1"] for line in table)
 
 
-def test_clone_protection_grid(nb):
-    load = nb["probe_load"]
-    runs = {(b, c): load(b, clone=c) for b in ("old", "new") for c in (True, False)}
-    fig = pp.clone_figure(runs)
-    assert [list(r) for r in fig.data[0].z] == [[0, 60], [0, 0]]  # rows old, new
+def test_owned_tensors_are_held_without_a_clone(nb):
+    # vLLM 0.34.0: "auto" holds as they are; a reusing stream declared owned is corrupted
+    load, setups = nb["probe_load"], nb["SETUPS"]
+    runs = {
+        (b, label): load(b, load_format=fmt, reuse=reuse)
+        for b in ("old", "new")
+        for label, (fmt, reuse) in setups.items()
+    }
+    fig = pp.clone_figure(runs, setups)
+    assert [list(r) for r in fig.data[0].z] == [[0, 0, 60], [0, 0, 0]]  # rows old, new
     assert [list(r) for r in fig.data[0].text] == [
-        ["all 61 exact", "60 of 61 corrupted"],
-        ["all 61 exact", "all 61 exact"],
+        ["all 61 exact<br>73 clones", "all 61 exact<br>0 clones", "60 of 61 corrupted<br>0 clones"],
+        ["all 61 exact<br>1 clone", "all 61 exact<br>0 clones", "all 61 exact<br>0 clones"],
     ]
-    assert pp.clone_table(runs).splitlines()[1].split() == "old 0 of 61 60 of 61".split()
+    auto = runs[("old", "owned, auto (0.34.0)")]
+    assert (auto.probe.walked, auto.probe.cloned, auto.clones) == (73, False, 0)
 
 
 def test_full_scale_and_slider(nb):
     full = {b: nb["full_scale"](b) for b in ("old", "new")}
     (old, old_agrees), (new, new_agrees) = full["old"], full["new"]
     assert old.tensors == old.clones == old.probe.walked == 2014
-    assert pp.outcome(old)["cloned"] == "9.54 GiB" and old.cloned_bytes == old.total_bytes
+    assert pp.outcome(old)["bytes cloned"] == "9.54 GiB" and old.cloned_bytes == old.total_bytes
     assert (new.clones, new.probe.walked, new.probe.prefix) == (1, 1, "")
     assert old_agrees and new_agrees
     view = pp.full_scale_view(nb["full_scale_runs"])

@@ -22,6 +22,9 @@ from loadkit.pooling.probe import predict_probe
 
 G4 = g4.Gemma4ForConditionalGeneration
 BEHAVIOURS = ("old", "new")
+# A load format vLLM 0.34.0 does not trust to hand over tensors it never reuses: the probe clones
+# what it holds. Every buffer-reusing read below (``weights(reuse_buffer=True)``) declares one.
+REUSES = "fastsafetensors"
 
 
 def write_raw(path, tensors):
@@ -130,14 +133,14 @@ def packed_checkpoint(prefix):
 def test_packed_weights_held_before_the_hit_load_exactly(tmp_path, behaviour, prefix):
     tensors = packed_checkpoint(prefix)
     path = write_raw(tmp_path / "packed.safetensors", tensors)
-    model = as_pooling_model(PackedForCausalLM, behaviour=behaviour)()
+    model = as_pooling_model(PackedForCausalLM, behaviour=behaviour, load_format=REUSES)()
     loaded = model.load_weights(open_checkpoint(path).weights(reuse_buffer=True))
 
     a = f"{prefix}layers.0.self_attn."
     rec = model.probe_record
     assert rec.walked_names == (f"{a}q_proj.weight", f"{a}k_proj.weight", f"{a}o_proj.weight")
     found = "" if prefix else "model."  # *ForCausalLM names as they are; *Model's under model.
-    assert (rec.prefix, rec.hit_index, rec.clones) == (found, 2, 3)
+    assert (rec.prefix, rec.hit_index, rec.walked, rec.cloned) == (found, 2, 3, True)
     assert model.seen == [found + n for n in tensors]  # original names, in order, once
     qkv = model.model.layers[0].self_attn.qkv_proj.weight
     want = torch.cat([tensors[f"{a}{p}_proj.weight"] for p in "qkv"])
@@ -150,11 +153,12 @@ def test_packed_weights_held_before_the_hit_load_exactly(tmp_path, behaviour, pr
     }
 
 
-def test_packed_weights_held_without_clone_are_corrupted(tmp_path):
-    # The control: the same stream with clone protection off overwrites q_proj and k_proj.
+def test_a_reusing_iterator_under_an_owned_load_format_is_corrupted(tmp_path):
+    # The control: the same stream, declared as a format whose tensors are owned (vLLM 0.34.0
+    # holds those without a clone), overwrites q_proj and k_proj.
     tensors = packed_checkpoint("model.")
     path = write_raw(tmp_path / "packed.safetensors", tensors)
-    model = as_pooling_model(PackedForCausalLM, behaviour="new", clone=False)()
+    model = as_pooling_model(PackedForCausalLM, behaviour="new", load_format="safetensors")()
     model.load_weights(open_checkpoint(path).weights(reuse_buffer=True))
     qkv = model.model.layers[0].self_attn.qkv_proj.weight
     assert not torch.equal(qkv[:4], tensors["model.layers.0.self_attn.q_proj.weight"])
@@ -172,7 +176,7 @@ def test_mapping_before_the_clone_loses_shard_id(tmp_path):
         def load_weights(self, weights):  # this parent trusts the names it gets
             return AutoWeightsLoader(self).load_weights(weights)
 
-    model = as_pooling_model(MapsInProbe, behaviour="new", forward="mapped")()
+    model = as_pooling_model(MapsInProbe, behaviour="new", load_format=REUSES, forward="mapped")()
     with pytest.raises(WeightLoadError, match="shard_id") as exc:
         model.load_weights(open_checkpoint(path).weights(reuse_buffer=True))
     assert isinstance(exc.value.__cause__, AttributeError)
@@ -184,7 +188,7 @@ def test_mapping_before_the_clone_loses_shard_id(tmp_path):
 
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
 def test_exact_values_after_a_buffer_reusing_iterator(ckpt, config, expected, behaviour):
-    model = as_pooling_model(G4, behaviour=behaviour)(config)
+    model = as_pooling_model(G4, behaviour=behaviour, load_format=REUSES)(config)
     loaded = model.load_weights(ckpt.weights(reuse_buffer=True))
     assert wrong(model, expected) == []
     assert loaded == {n for n, _ in model.named_parameters()} | {
@@ -192,8 +196,19 @@ def test_exact_values_after_a_buffer_reusing_iterator(ckpt, config, expected, be
     }
 
 
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_an_owned_load_format_holds_without_a_clone(ckpt, config, expected, behaviour):
+    # vLLM 0.34.0: "auto" (safetensors' own iterator) hands over tensors it never reuses
+    model = as_pooling_model(G4, behaviour=behaviour)(config)
+    with CloneCounter() as counter:
+        model.load_weights(ckpt.weights())
+    assert wrong(model, expected) == []
+    assert counter.count == 0 and model.probe_record.cloned is False
+    assert model.probe_record.walked == (len(ckpt) if behaviour == "old" else 1)
+
+
 def test_without_clone_old_corrupts_all_but_the_last_key(ckpt, config, expected):
-    model = as_pooling_model(G4, behaviour="old", clone=False)(config)
+    model = as_pooling_model(G4, behaviour="old", load_format="safetensors")(config)
     model.load_weights(ckpt.weights(reuse_buffer=True))
     last = g4.GEMMA4_MAPPER.map_name(list(ckpt.tensors)[-1])
     assert set(wrong(model, expected)) == set(expected) - {last}
@@ -201,7 +216,7 @@ def test_without_clone_old_corrupts_all_but_the_last_key(ckpt, config, expected)
 
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
 def test_clone_counts_with_a_mapper(ckpt, config, behaviour):
-    model = as_pooling_model(G4, behaviour=behaviour)(config)
+    model = as_pooling_model(G4, behaviour=behaviour, load_format=REUSES)(config)
     with CloneCounter() as counter:
         model.load_weights(ckpt.weights(reuse_buffer=True))
     rec = model.probe_record
@@ -212,7 +227,7 @@ def test_clone_counts_with_a_mapper(ckpt, config, behaviour):
     else:  # exactly one: the first key maps to a parameter
         assert (counter.count, counter.cloned_bytes) == (1, first.nbytes)
         assert (rec.prefix, rec.hit_key, rec.hit_index) == ("", first.name, 0)
-    assert (rec.clones, rec.cloned_bytes) == (counter.count, counter.cloned_bytes)
+    assert (rec.walked, rec.walked_bytes, rec.cloned) == (counter.count, counter.cloned_bytes, True)
     assert (rec.forwarded, rec.forwarded_bytes) == (len(ckpt), ckpt.total_bytes)
 
 
@@ -234,7 +249,7 @@ class Spy(G4):
 
 
 def spied_load(cls_behaviour, config, ckpt):
-    model = as_pooling_model(Spy, behaviour=cls_behaviour)(config)
+    model = as_pooling_model(Spy, behaviour=cls_behaviour, load_format=REUSES)(config)
     model.reads = []
 
     def source():
@@ -277,7 +292,7 @@ def test_keys_the_mapper_drops_are_walked_and_skipped(tmp_path, config):
     tensors = extra | fresh  # the dropped keys come first
     path = write_raw(tmp_path / "drops.safetensors", tensors)
     for behaviour, walked in (("new", 4), ("old", len(tensors))):
-        model = as_pooling_model(WithDrops, behaviour=behaviour)(config)
+        model = as_pooling_model(WithDrops, behaviour=behaviour, load_format=REUSES)(config)
         model.load_weights(open_checkpoint(path).weights(reuse_buffer=True))
         assert model.probe_record.walked == walked
         assert wrong(model, expected) == []
@@ -292,10 +307,28 @@ def test_parent_without_load_weights_uses_auto_weights_loader(tmp_path):
 
     w = torch.arange(4.0).reshape(2, 2)
     path = write_raw(tmp_path / "headless.safetensors", {"weight": w})
-    model = as_pooling_model(Plain)()
+    model = as_pooling_model(Plain, load_format=REUSES)()
     assert model.load_weights(open_checkpoint(path).weights(reuse_buffer=True)) == {"model.weight"}
     assert torch.equal(model.model.weight, w)
     assert model.probe_record.prefix == "model."
+
+
+def test_parent_without_load_weights_loads_with_its_mapper(tmp_path):
+    # vLLM 0.29.0: the probe's default loader hands the model's hf_to_vllm_mapper to
+    # AutoWeightsLoader (before, the names were loaded unmapped)
+    class Renamed(nn.Module):
+        hf_to_vllm_mapper = WeightsMapper(orig_to_new_substr={".gamma": ".weight"})
+
+        def __init__(self):
+            super().__init__()
+            self.model = nn.LayerNorm(2)
+            self.model.bias = None
+
+    w = torch.tensor([1.5, -2.0])
+    path = write_raw(tmp_path / "gamma.safetensors", {"model.gamma": w})
+    model = as_pooling_model(Renamed)()
+    assert model.load_weights(open_checkpoint(path).weights()) == {"model.weight"}
+    assert torch.equal(model.model.weight, w)
 
 
 @pytest.mark.parametrize("order", ["file", "attention-first"])
@@ -307,13 +340,14 @@ def test_adapter_and_header_only_verdict_agree(tmp_path, config, order, behaviou
         ordered = {n: ckpt[n] for n in _attention_first(config)}
         path = save_in_order(tmp_path / "a.safetensors", ordered)
     ck = open_checkpoint(path)
-    model = as_pooling_model(G4, behaviour=behaviour)(config)
+    model = as_pooling_model(G4, behaviour=behaviour, load_format=REUSES)(config)
     model.load_weights(ck.weights(reuse_buffer=True))
     header = predict_probe(
         [(t.name, t.nbytes) for t in sorted(ck.tensors.values(), key=lambda t: t.offset)],
         {n for n, _ in model.named_parameters()},
         mapper=model.hf_to_vllm_mapper,
         behaviour=behaviour,
+        load_format=REUSES,
     )
     assert header == model.probe_record
 
@@ -327,7 +361,7 @@ def _attention_first(config):
 def test_full_scale_layout_on_meta(behaviour):
     config = g4.full_scale_config()
     with torch.device("meta"):
-        model = as_pooling_model(G4, behaviour=behaviour)(config)
+        model = as_pooling_model(G4, behaviour=behaviour, load_format=REUSES)(config)
     weights = g4.make_checkpoint(config, device="meta")
     with CloneCounter() as counter:
         model.load_weights(weights.items())
@@ -341,20 +375,20 @@ def test_full_scale_layout_on_meta(behaviour):
 
 def test_forwarding_mapped_names_maps_twice(ckpt, config):
     packing = dataclasses.replace(config, packing_in_mapper=True)
-    model = as_pooling_model(G4, behaviour="new", forward="mapped")(packing)
+    model = as_pooling_model(G4, behaviour="new", load_format=REUSES, forward="mapped")(packing)
     with pytest.raises(UnknownNameError, match="gate_gate_up_proj|qkqkv_proj"):
         model.load_weights(ckpt.weights(reuse_buffer=True))
     assert model.probe_record.forward == "mapped"  # recorded even when the load fails
     # With Gemma4's prefix-only mapper the shortcut happens to work, which is why it tempts.
-    model = as_pooling_model(G4, behaviour="new", forward="mapped")(config)
+    model = as_pooling_model(G4, behaviour="new", load_format=REUSES, forward="mapped")(config)
     assert len(model.load_weights(ckpt.weights(reuse_buffer=True))) == 61
 
 
 def test_fix_works_when_the_mapper_packs(ckpt, config, expected):
     packing = dataclasses.replace(config, packing_in_mapper=True)
-    model = as_pooling_model(G4, behaviour="new")(packing)
+    model = as_pooling_model(G4, behaviour="new", load_format=REUSES)(packing)
     model.load_weights(ckpt.weights(reuse_buffer=True))
-    assert wrong(model, expected) == [] and model.probe_record.clones == 1
+    assert wrong(model, expected) == [] and model.probe_record.walked == 1
 
 
 def test_subclass_keeps_constructor_and_is_cached(config):

@@ -219,6 +219,7 @@ TOOL_LAYERS: list[tuple[str, ...]] = [
     ("loaders",),
     ("inspect_report",),
     ("inspector",),
+    ("rename",),
     ("cli",),
     ("__init__", "__main__"),
 ]

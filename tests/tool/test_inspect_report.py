@@ -57,8 +57,8 @@ def test_the_json_document_holds_every_section_and_the_verdict():
     doc = json.loads(report.to_json())
     assert sorted(doc) == [
         "checkpoint", "clean", "exit_status", "layout", "load", "loaders", "mapper", "model",
-        "not_offered", "probe", "schema", "selected_loaders", "suggested_fix", "tensor_parallel",
-        "transformers",
+        "not_offered", "probe", "rename_fix", "schema", "selected_loaders", "suggested_fix",
+        "tensor_parallel", "transformers",
     ]  # fmt: skip
     assert doc["clean"] is True and doc["exit_status"] == 0 and doc["probe"] is None
     assert doc["model"]["class"] == "Plamo2ForCausalLM"

@@ -249,8 +249,9 @@ def rows_figure(record: Record) -> Any:
     for col, x in enumerate(s.x):
         for first, last, label in runs([row[col] for row in s.text]):
             shown = label if label == NOT_LOADED else f"{label[0]}_proj rows {label[2:]}"
-            if label == NOT_LOADED and last - first + 1 <= third:
-                shown = f"{'qkv'[first // third]}_proj's rows: never filled"
+            slots = "qkv"[first // third : last // third + 1] if third else "qkv"
+            if label == NOT_LOADED and len(slots) < 3:  # name the part no tensor filled
+                shown = " and ".join(f"{p}_proj" for p in slots) + " rows: never filled"
             fig.add_annotation(
                 x=x,
                 y=(first + last) / 2,

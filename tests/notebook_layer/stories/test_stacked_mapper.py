@@ -74,6 +74,29 @@ def test_load_records_and_rows_figure():
     assert [a.text for a in story.rows_figure(old).layout.annotations] == ["not loaded"] * 2
 
 
+def test_a_load_with_the_broken_names_set_aside_is_refused_naming_the_missing_shards():
+    """Old's names ignored (as notebook 06 does): only v arrives; vLLM 0.34.0's check refuses."""
+    from loadkit.loading.track import track_weights_loading
+
+    model = vt.VisionTower(vt.config_from_checkpoint(CK.tensors))
+    loader = AutoWeightsLoader(model, ignore_unexpected_suffixes=["qkqkv_proj"])
+    mapper = WeightsMapper(orig_to_new_stacked=vt.QKV_RULES, behaviour="old")
+    loaded = loader.load_weights(CK.weights(), mapper=mapper)
+    refused = track_weights_loading(model, loaded).refused
+    assert sorted(story.short(r) for r in refused) == sorted(
+        f"layers.{i}.self_attn.qkv_proj.{p}.{s}"
+        for i in (0, 1)
+        for p in ("weight", "bias")
+        for s in "qk"
+    )
+    rows = vt.qkv_rows(model, dict(CK.weights()))
+    record = story.load_record("old", rows, None, loaded, refused=refused)
+    assert record.outcome["qkv_proj rows holding q / k / v"] == "0 / 0 / 32"
+    assert record.outcome["vLLM 0.34.0's check after the load"].startswith("refuses it: missing ")
+    labels = [a.text for a in story.rows_figure(record).layout.annotations]
+    assert labels == ["q_proj and k_proj rows: never filled", "v_proj rows 0-15"] * 2
+
+
 @pytest.mark.parametrize(
     "labels,expected",
     [

@@ -29,7 +29,7 @@ __all__ = [
 
 # The vLLM release whose loading code loadkit's "new" behaviour and API follow: what a
 # ``vllm`` verdict of ``loadkit inspect`` answers for (docs/fidelity.md).
-VLLM_VERSION = "0.28.0"
+VLLM_VERSION = "0.34.0"
 
 Behaviour = Literal["old", "new"]
 BEHAVIOURS: tuple[Behaviour, ...] = ("old", "new")

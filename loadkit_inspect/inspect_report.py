@@ -24,6 +24,7 @@ from loadkit_inspect.report.text import joined_problems
 if TYPE_CHECKING:
     from loadkit.pooling import ProbeRecord
     from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
+    from loadkit_inspect.fixes.rename_fix import RenameFix
     from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.mapper_trace import MapperReport
     from loadkit_inspect.report.records import LoadReport, ModelSummary
@@ -62,6 +63,7 @@ class InspectReport:
         selected_loaders: tuple[str, ...] = ("vllm",),
         from_pretrained: FromPretrained | None = None,
         not_offered: NotOffered | None = None,
+        rename_fix: RenameFix | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.mapper = mapper
@@ -79,6 +81,8 @@ class InspectReport:
         # Rules the suggester considered and refused when it offers no fix (with a fix, its
         # own ``rejected`` holds them).
         self.not_offered = not_offered
+        # the fix for the loader that takes no mapper: loadkit rename, proven on both loaders
+        self.rename_fix = rename_fix
         self._layouts: dict[bool, LayoutNode] = {}  # built on first use
 
     def __repr__(self) -> str:
@@ -170,6 +174,7 @@ class InspectReport:
             "tensor_parallel": self.tensor_parallel.as_dict() if self.tensor_parallel else None,
             "suggested_fix": self.fix.as_dict() if self.fix else None,
             "not_offered": self.not_offered.as_list() if self.not_offered else [],
+            "rename_fix": self.rename_fix.as_dict() if self.rename_fix else None,
             "loaders": {n: v.as_dict() for n, v in self.loaders.items()} if self.loaders else None,
             "selected_loaders": list(self.selected_loaders),
             "transformers": self.from_pretrained.as_dict() if self.from_pretrained else None,
@@ -192,6 +197,8 @@ class InspectReport:
             lines += [*self.fix.render(limit), ""]
         elif self.not_offered is not None:  # or the rules considered, and why none is offered
             lines += [*self.not_offered.render(limit), ""]
+        if self.rename_fix is not None:  # the fix for transformers, which takes no mapper
+            lines += [*self.rename_fix.render(limit), ""]
         lines += self.checkpoint.render(limit)
         lines += ["", *self.folded_layout.section(limit, max_depth)]
         if self.mapper is not None:

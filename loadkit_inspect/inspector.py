@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from loadkit.mapper import WeightsMapper
     from loadkit.pooling import ProbeRecord
     from loadkit_inspect.fixes.fix import NotOffered, SuggestedFix
+    from loadkit_inspect.fixes.rename_fix import RenameFix
     from loadkit_inspect.loaders import LoaderVerdict
     from loadkit_inspect.mapper_trace import MapperReport
     from loadkit_inspect.report.records import ModelSummary
@@ -133,6 +134,7 @@ def inspect_checkpoint(
         plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
         fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
+        renaming = suggest_rename(suggest, rules, read, built, names, verdicts, bar)
     return InspectReport(
         read.summary,
         mapper=traced,
@@ -146,6 +148,7 @@ def inspect_checkpoint(
         selected_loaders=verdicts.selected,
         from_pretrained=verdicts.from_pretrained,
         not_offered=not_offered,
+        rename_fix=renaming,
     )
 
 
@@ -525,3 +528,72 @@ def suggest_fixes(
         return None, found
     found.other_loaders = tuple(n for n in verdicts.selected if n != "vllm")
     return found, None
+
+
+def suggest_rename(
+    suggest: bool,
+    rules: LoadRules,
+    read: CheckpointRead,
+    built: BuiltModel,
+    names: NameMapping,
+    verdicts: LoaderVerdicts,
+    progress: Progress,
+) -> RenameFix | None:
+    """The fix for the loader that takes no mapper (``transformers``): ``loadkit rename`` with
+    the rules that rename the keys it leaves unused into the tensors it leaves at random, or
+    without rules where a loader raises because of the folder's layout; offered only where
+    both loaders, simulated on what it writes, do better."""
+    fp = verdicts.from_pretrained
+    source = read.summary.source
+    if not suggest or fp is None or fp.clean or source is None or source.kind == "url":
+        return None
+    from loadkit_inspect.fixes.rename_fix import (
+        LAYOUT,
+        NAMES,
+        RenameFix,
+        new_names,
+        rename_rules,
+        rules_json,
+    )
+    from loadkit_inspect.mapper_trace import parse_mapper
+
+    vllm_files = read.summary.loader_files.get("vllm")
+    layout = (fp.files is not None and fp.files.raises is not None) or (
+        vllm_files is not None and vllm_files.raises is not None
+    )
+    suggestions = [] if layout else rename_rules(fp, read.infos)
+    if not layout and not suggestions:
+        return None
+    mapping = rules_json(suggestions) if suggestions else None
+    try:
+        renamed = new_names(read.names, parse_mapper(mapping) if mapping else None)
+    except LoadkitError:  # a rule would drop or fuse a key: no renaming
+        return None
+    results, clean = _renamed_verdicts(rules, read, built, names, renamed, progress)
+    if not layout and len(results["transformers"].problems) >= len(fp.problems()):
+        return None
+    phrases = {n: v.phrase() for n, v in results.items()}
+    return RenameFix(LAYOUT if layout else NAMES, mapping, suggestions, source.name, phrases, clean)
+
+
+def _renamed_verdicts(
+    rules: LoadRules,
+    read: CheckpointRead,
+    built: BuiltModel,
+    names: NameMapping,
+    renamed: dict[str, str],
+    progress: Progress,
+) -> tuple[dict[str, LoaderVerdict], bool]:
+    """Both loaders simulated on the checkpoint ``loadkit rename`` would write: the same tensors
+    under ``renamed`` names, laid out as ``save_pretrained`` lays them out (no index problem)."""
+    from loadkit_inspect.loaders import hf_config, transformers_verdict, vllm_side, vllm_verdict
+    from loadkit_inspect.simulate.from_pretrained import from_pretrained_verdict
+
+    infos = [i._replace(name=renamed[i.name]) for i in read.infos]
+    summary = read.summary._replace(tensors=infos, problems=[])
+    again = CheckpointRead(read.checkpoint, summary)
+    loaded = load(rules, again, built, names, progress)
+    vllm = vllm_verdict(loaded.report, summary, side=vllm_side(built.module, loaded))
+    fp = from_pretrained_verdict(hf_config(built.module), infos).under(rules)
+    tf = transformers_verdict(fp, summary)
+    return {"transformers": tf, "vllm": vllm}, tf.clean and vllm.clean

@@ -12,9 +12,9 @@ what the page shows (issue 39). ``tests/doc_blocks.py`` says how a block's kind 
 - A console block's commands run in that folder too, with this checkout's ``loadkit`` command; each
   must print what the page shows under it (stdout and stderr together, as a terminal shows them).
 - A bash block is checked, not run: ``loadkit inspect`` lines parse with the command's own parser
-  (and run when their checkpoint exists in the repository: a verdict, exit 0 or 1); a usage
-  synopsis names only real flags; ``make`` names real targets; scripts, modules and test paths
-  exist; ``pip install`` names real extras.
+  (and run when their checkpoint exists in the repository: a verdict, exit 0 or 1), ``loadkit
+  rename`` lines parse; a usage synopsis names only real flags (of either command); ``make``
+  names real targets; scripts, modules and test paths exist; ``pip install`` names real extras.
 """
 
 from __future__ import annotations
@@ -158,8 +158,13 @@ def _parser_flags() -> set[str]:
     from loadkit_inspect.cli.arguments import build_parser
 
     parser = build_parser()
-    inspect = parser._subparsers._group_actions[0].choices["inspect"]  # type: ignore[union-attr]
-    return {flag for action in inspect._actions for flag in action.option_strings}
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    return {
+        flag
+        for command in commands.values()  # inspect's and rename's
+        for action in command._actions
+        for flag in action.option_strings
+    }
 
 
 @cache
@@ -193,6 +198,17 @@ def _check_inspect(args: list[str]) -> str | None:
     )
     if done.returncode not in (0, 1):
         return f"loadkit inspect {shlex.join(args)}: exit {done.returncode}: {done.stderr}"
+    return None
+
+
+def _check_rename(args: list[str]) -> str | None:
+    """A ``loadkit rename`` line parses (it writes: the console blocks run it for real)."""
+    from loadkit_inspect.cli.arguments import parse_command
+
+    try:
+        parse_command(["rename", *args])
+    except SystemExit:
+        return f"loadkit rename {shlex.join(args)}: a usage error"
     return None
 
 
@@ -241,6 +257,8 @@ def check_command(line: str) -> str | None:
     words = shlex.split(line, comments=True)
     if words[:2] == ["loadkit", "inspect"]:
         return _check_inspect(words[2:])
+    if words[:2] == ["loadkit", "rename"]:
+        return _check_rename(words[2:])
     if words[0] in ("python", ".venv/bin/python", "python3"):
         return _check_python(words[1:])
     if words[0] == "pytest":

@@ -45,6 +45,7 @@ raise. Torch-free.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from collections.abc import Callable
 from operator import attrgetter
@@ -159,6 +160,7 @@ def read_layout(
     held = _held(layout, headers.by_shard)
     if strict:  # a key the index does not list is read, and not a problem
         return Merged(files, tensors, headers.metadata_text, [], held)
+    problems += _listed_twice(layout)
     problems += _copies(layout, headers.by_shard, readable, first, several)
     problems += _total_size(layout, headers.by_shard, tensors, several)
     problems += _unindexed(layout, headers.by_shard)
@@ -340,6 +342,21 @@ def _merge(
     return tensors
 
 
+def _listed_twice(layout: Layout) -> list[IndexProblem]:
+    """Each key the index's ``weight_map`` names more than once: JSON keeps the last entry, and
+    so do both loaders (each parses the index with Python's json)."""
+    problems = []
+    for key, entries in layout.listed_twice.items():
+        shown = ", then ".join(json.dumps(e) for e in entries)
+        message = (
+            f"the index lists it {len(entries)} times ({shown}); its JSON keeps the last, as both "
+            "loaders read it (a shard only an earlier entry names is not read)"
+        )
+        listed = layout.weight_map.get(key)
+        problems.append(IndexProblem("listed twice", key, message, listed=listed))
+    return problems
+
+
 def _copies(
     layout: Layout,
     headers: dict[str, dict[str, TensorInfo]],
@@ -419,10 +436,11 @@ def _total_size(
 
 
 def _unindexed(layout: Layout, headers: dict[str, dict[str, TensorInfo]]) -> list[IndexProblem]:
-    """A note for each ``*.safetensors`` file beside the index that it does not name."""
+    """A note for each ``*.safetensors`` file beside the index that it does not name (one that
+    cannot be read has its own note, and no loader reads it)."""
     problems = []
-    for shard in layout.others:
-        n = len(headers.get(shard, {}))
+    for shard in [s for s in layout.others if s in headers]:
+        n = len(headers[shard])
         who = "loaders never read it"
         if fnmatch.fnmatch(os.path.basename(shard), "consolidated*.safetensors"):
             who = (

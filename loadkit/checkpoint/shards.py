@@ -57,6 +57,8 @@ class Layout(NamedTuple):
     others: dict[str, str]
     weight_map: dict[str, str]
     total_size: Any = None  # the index's ``metadata.total_size``, as written
+    # (leniently) each key the index's weight_map lists more than once -> every entry, in order
+    listed_twice: dict[str, tuple[Any, ...]] = {}  # noqa: RUF012 (a NamedTuple default)
 
 
 def _kind(mode: int) -> str:
@@ -174,9 +176,13 @@ def _lenient_folder(p: str) -> Layout:
     index = str(folder / INDEX_NAME) if has_index else None
     weight_map: dict[str, str] = {}
     size = None
+    twice: dict[str, list[Any]] = {}
     if index is not None:
-        data = read_index(index)  # bounded, a regular file, any JSON failure a ShardIndexError
+        # bounded, a regular file, any JSON failure a ShardIndexError; keys named twice noted
+        data = read_index(index, twice=twice)
         weight_map, size = index_entries(data, index, "inside the folder"), total_size(data)
+        raw_map = data.get("weight_map")
+        twice = {k: v for k, v in twice.items() if isinstance(raw_map, dict) and k in raw_map}
     elif not on_disk:
         raise ShardIndexError(p, nothing_to_read(p))
     same = _one_per_file(folder, [*on_disk, *set(weight_map.values())])
@@ -191,6 +197,7 @@ def _lenient_folder(p: str) -> Layout:
         {s: str(folder / s) for s in others},
         weight_map,
         size,
+        {k: tuple(v) for k, v in twice.items()},
     )
 
 
@@ -277,22 +284,31 @@ def plain_relative(entry: Any) -> str | None:
     return "/".join(parts)
 
 
-def read_index(index: str) -> dict[str, Any]:
+def read_index(index: str, *, twice: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """The index's JSON object, read as transformers reads it (Python's json), without its
-    failure modes: any problem is a ``ShardIndexError``."""
+    failure modes: any problem is a ``ShardIndexError``; ``twice``: see ``parse_index``."""
     fd = open_regular(index, lambda message: ShardIndexError(index, message))
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_INDEX_BYTES + 1)
-    return parse_index(raw, index)
+    return parse_index(raw, index, twice=twice)
 
 
-def parse_index(raw: bytes, index: str) -> dict[str, Any]:
+def parse_index(
+    raw: bytes, index: str, *, twice: dict[str, list[Any]] | None = None
+) -> dict[str, Any]:
     """An index's bytes (at most ``MAX_INDEX_BYTES``; one more says it is larger) as its JSON
-    object; ``index`` (a path or a URL) names it in every ``ShardIndexError``."""
+    object; ``index`` (a path or a URL) names it in every ``ShardIndexError``. Python's json
+    keeps the last of a key named twice in one object (as loaders read it); ``twice``, when
+    given, gets each such key with every value it was given, in order.
+
+    >>> twice = {}
+    >>> parse_index(b'{"weight_map": {"w": "a", "w": "b"}}', "i", twice=twice), twice
+    ({'weight_map': {'w': 'b'}}, {'w': ['a', 'b']})
+    """
     if len(raw) > MAX_INDEX_BYTES:
         raise ShardIndexError(index, f"index is larger than loadkit's limit of {MAX_INDEX_BYTES} B")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_noting(twice))
     except UnicodeDecodeError as exc:
         raise ShardIndexError(
             index, f"index is not UTF-8 ({exc.reason} at byte {exc.start})"
@@ -304,6 +320,24 @@ def parse_index(raw: bytes, index: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ShardIndexError(index, f"index is a JSON {type(data).__name__}, not an object")
     return data
+
+
+def _noting(twice: dict[str, list[Any]] | None) -> Any:
+    """json's ``object_pairs_hook`` that notes the keys an object names more than once (``None``:
+    json's own dict, at C speed)."""
+    if twice is None:
+        return None
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            seen: dict[str, list[Any]] = {}
+            for key, value in pairs:
+                seen.setdefault(key, []).append(value)
+            twice.update({k: v for k, v in seen.items() if len(v) > 1})
+        return out
+
+    return hook
 
 
 def index_entries(data: dict[str, Any], index: str, where: str) -> dict[str, str]:

@@ -108,8 +108,27 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, width=max(columns - 2, 40))
 
 
+RENAME_DESCRIPTION = """\
+Write SRC's tensors to DST under new names: each key renamed by the WeightsMapper rules of
+--mapper (the same JSON as inspect's, read as "checkpoint key -> its new name"), every tensor's
+bytes copied unchanged, laid out as save_pretrained lays a checkpoint out (model.safetensors, or
+shards and model.safetensors.index.json); the other files of SRC (config.json...) are copied
+beside them. Without --mapper only the layout changes (shards without their index, one file
+oddly named). The tensors are those vLLM reads from SRC. SRC is never changed unless
+--in-place."""
+
+RENAME_EPILOG = """\
+exit status: 0 written, 2 could not (SRC unreadable, a rule that drops a key or gives two keys
+one name, DST not empty), 3 internal error.
+
+examples:
+  loadkit rename path/to/ckpt path/to/fixed --mapper '{"orig_to_new_prefix": {"model.": ""}}'
+  loadkit rename path/to/shards-without-index path/to/fixed
+  loadkit inspect path/to/fixed --model hf"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``loadkit`` parser (one command: ``inspect``)."""
+    """The ``loadkit`` parser: ``inspect`` and ``rename``."""
     parser = _Parser(
         prog="loadkit",
         description="See where a checkpoint's names meet a model's names, before loading.",
@@ -128,7 +147,32 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(inspect)
     _add_rules(inspect)
     _add_verdict(inspect)
+    _add_rename(commands)
     return parser
+
+
+def _add_rename(commands: Any) -> None:
+    """``loadkit rename SRC DST [--mapper RULES] [--in-place] [--json] [--debug]``."""
+    rename = commands.add_parser(
+        "rename",
+        help="write a checkpoint's tensors under new names (a fix for a loader without a mapper)",
+        description=RENAME_DESCRIPTION,
+        epilog=RENAME_EPILOG,
+        formatter_class=_Formatter,
+    )
+    rename.set_defaults(command_parser=rename)
+    rename.add_argument("src", metavar="SRC", help="a .safetensors file, a folder or a repo id")
+    rename.add_argument("dst", metavar="DST", nargs="?", help="a new (or empty) folder")
+    rename.add_argument(
+        "--mapper",
+        metavar="RULES",
+        help="WeightsMapper rules as JSON, or a JSON file's path: each key's new name",
+    )
+    rename.add_argument(
+        "--in-place", action="store_true", help="replace SRC's weight files and index"
+    )
+    rename.add_argument("--json", action="store_true", help="print what was written as JSON")
+    rename.add_argument("--debug", action="store_true", help="on an internal error, the traceback")
 
 
 def _add_inputs(inspect: argparse.ArgumentParser) -> None:
@@ -283,6 +327,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
     command = vars(args).pop("command_parser", parser)
     if extra:
         command.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "rename":
+        if (args.dst is None) == (not args.in_place):
+            command.error("give DST (a new folder) or --in-place, not both and not neither")
+        return args
     for name in _REPEATED:  # hashable, comparable values for the report's rules
         setattr(args, name, tuple(getattr(args, name)))
     if args.tp is not None and args.model is None:
@@ -311,7 +359,18 @@ class InspectCommand(NamedTuple):
     debug: bool = False
 
 
-def parse_command(argv: Sequence[str]) -> InspectCommand:
+class RenameCommand(NamedTuple):
+    """``loadkit rename``'s command line as one record."""
+
+    src: str
+    dst: str | None
+    mapper: str | None = None
+    in_place: bool = False
+    json: bool = False
+    debug: bool = False
+
+
+def parse_command(argv: Sequence[str]) -> InspectCommand | RenameCommand:
     """``argv`` (the command first) as one record; argparse exits on ``--help`` or bad usage.
 
     >>> command = parse_command(["inspect", "ck", "--model", "plamo2", "--strict-dtype"])
@@ -319,6 +378,8 @@ def parse_command(argv: Sequence[str]) -> InspectCommand:
     ('plamo2', True, False)
     """
     args = parse_args(build_parser(), argv)
+    if args.command == "rename":
+        return RenameCommand(args.src, args.dst, args.mapper, args.in_place, args.json, args.debug)
     rules = LoadRules(
         args.skip_prefixes,
         args.ignore_unexpected_prefixes,

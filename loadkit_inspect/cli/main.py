@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from loadkit.errors import LoadkitError, printable
-from loadkit_inspect.cli.arguments import InspectCommand, parse_command
+from loadkit_inspect.cli.arguments import InspectCommand, RenameCommand, parse_command
 from loadkit_inspect.inspector import inspect_checkpoint
 from loadkit_inspect.options import LoadRules
 
@@ -55,10 +55,10 @@ def fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-def _fail(message: str, status: int, as_json: bool) -> int:
+def _fail(message: str, status: int, as_json: bool, command: str = "inspect") -> int:
     line = printable(message)
-    print(f"loadkit inspect: {'error' if status == EXIT_BAD_INPUT else 'internal error'}: {line}",
-          file=sys.stderr)  # fmt: skip
+    kind = "error" if status == EXIT_BAD_INPUT else "internal error"
+    print(f"loadkit {command}: {kind}: {line}", file=sys.stderr)
     if as_json:
         print(json.dumps({"error": message, "exit_status": status}))
     return status
@@ -94,6 +94,20 @@ def inspect_command(command: InspectCommand) -> int:
     return report.exit_status
 
 
+def rename_command(command: RenameCommand) -> int:
+    """Write the renamed checkpoint and say what was written; returns the exit status."""
+    from loadkit_inspect.rename import rename_checkpoint
+
+    try:
+        done = rename_checkpoint(
+            command.src, command.dst, mapper=command.mapper, in_place=command.in_place
+        )
+    except (LoadkitError, OSError) as exc:  # the source, the rules or the target refused
+        return _fail(str(exc), EXIT_BAD_INPUT, command.json, "rename")
+    print(json.dumps(done.as_dict()) if command.json else "\n".join(done.lines()))
+    return EXIT_CLEAN
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``loadkit`` with ``argv``; returns the exit status (never raises)."""
     try:
@@ -102,9 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         with fewer_collections():
+            if isinstance(command, RenameCommand):
+                return rename_command(command)
             return inspect_command(command)
     except KeyboardInterrupt:
-        print("loadkit inspect: interrupted", file=sys.stderr)
+        print(f"loadkit {_name(command)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException as exc:  # a bug, or user code that escaped every check: one line
         if command.debug:
@@ -113,7 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
         hint = "" if command.debug else " (rerun with --debug for the traceback)"
-        return _fail(message + hint, EXIT_INTERNAL, command.json)
+        return _fail(message + hint, EXIT_INTERNAL, command.json, _name(command))
+
+
+def _name(command: InspectCommand | RenameCommand) -> str:
+    return "rename" if isinstance(command, RenameCommand) else "inspect"
 
 
 def entry() -> None:

@@ -10,7 +10,9 @@ is the Transformers modeling backend.
 
 from __future__ import annotations
 
-VERSION = "0.34.0"
+from loadkit.terms import VLLM_VERSION
+
+VERSION = VLLM_VERSION  # the release this table was read from: the one loadkit follows
 
 # architecture -> (vLLM module, vLLM class)
 MODELS: dict[str, tuple[str, str]] = {

@@ -51,8 +51,8 @@ class TPReport:
     @property
     def refusal(self) -> TPFindingRecord | None:
         """The attention heads not divisible by ``tp``: vLLM raises for it before building
-        anything (``ModelConfig.verify_with_parallel_config``, vllm/config/model.py:1367 in
-        0.28.0), so no later check is reached."""
+        anything (``ModelConfig.verify_with_parallel_config``, vllm/config/model.py:1579 in
+        0.34.0), so no later check is reached."""
         errors = (f for f in self.findings if f.severity == "error")
         return next((f for f in errors if f.subject == REFUSED_BY_CONFIG), None)
 

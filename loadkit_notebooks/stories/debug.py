@@ -18,6 +18,7 @@ from typing import Any
 
 from loadkit.fmt import WIDTH, format_bytes, table, wrap
 from loadkit_inspect import InspectReport
+from loadkit_inspect.loaders import LoaderVerdict
 from loadkit_inspect.models import BUILTIN, FROM_CONFIG
 from loadkit_notebooks.fates import (
     BRANCH,
@@ -314,17 +315,25 @@ def _title(report: InspectReport) -> str:
 def _verdict(report: InspectReport) -> str:
     if report.clean is None or report.model is None:
         return "header only (no model)"
-
-    def said(clean: bool, outcome: str = "") -> str:
-        if clean:
-            return "loads cleanly"
-        # transformers' own outcomes: it returns the model with warnings, or raises
-        return {"warns": "loads with warnings", "raises": "raises"}.get(outcome, "would NOT load")
-
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
-        each = ", ".join(f"{v.label}: {said(v.clean, v.outcome)}" for v in report.loaders.values())
-        return f"{report.model.cls}, {each} (colours: the vllm load)"
-    return f"{_label(report)}{said(bool(report.clean))} into {report.model.cls}"
+        each = ", ".join(f"{v.label}: {_said(v)}" for v in report.loaders.values())
+        return f"{report.model.cls}, {each} (colours: the load into {report.model.cls})"
+    said = "loads cleanly" if report.clean else "would NOT load"
+    return f"{_label(report)}{said} into {report.model.cls}"
+
+
+def _said(verdict: LoaderVerdict) -> str:
+    """A loader's verdict in a few words (``LoaderVerdict.phrase`` without its reasons)."""
+    if not verdict.checked:
+        return "not checked"
+    if verdict.clean:
+        return "loads cleanly"
+    if verdict.quiet:  # vLLM's most dangerous outcome: no error, tensors left unfilled
+        return "loads WITHOUT AN ERROR, tensors left unfilled"
+    # transformers' own outcomes: it returns the model with warnings, or raises
+    return {"warns": "loads with warnings", "raises": "raises"}.get(
+        verdict.outcome, "would NOT load"
+    )
 
 
 def _label(report: InspectReport) -> str:

@@ -1,5 +1,6 @@
 """``benchmarks/checkpoint_cli.py``, the command line both benchmark checkpoint writers share,
-through the Llama-like writer (``tests/library/models/test_gemma4.py`` runs the Gemma4-like one)."""
+through the Llama-like writer (``tests/library/models/gemma4/test_checkpoint.py`` runs the
+Gemma4-like one)."""
 
 from __future__ import annotations
 

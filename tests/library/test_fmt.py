@@ -1,16 +1,5 @@
 """The one byte formatter and the one table printer every report uses."""
 
-import torch
-
-from loadkit.checkpoint.dtypes import (
-    DTYPES,
-    itemsize,
-    safetensors_dtype,
-    torch_dtype,
-    torch_name,
-    torch_names,
-)
-from loadkit.errors import LoadkitError
 from loadkit.fmt import format_bytes, plural, table, wrap
 
 
@@ -58,21 +47,6 @@ def test_table_minimum_widths_and_short_rows():
     out = table([("a", "b"), ("c",)], min_widths=(3, 4), align="rr")
     assert out.splitlines() == ["  a     b", "  c"]
     assert table([]) == ""
-
-
-def test_one_dtype_table_agrees_with_torch():
-    for st, (name, size) in DTYPES.items():
-        dtype = torch_dtype(st)
-        assert (torch_name(st), itemsize(st)) == (name, size)
-        assert torch.empty(0, dtype=dtype).element_size() == size, st
-        assert safetensors_dtype(dtype) == safetensors_dtype(name) == st
-    assert torch_names() == sorted(name for name, _ in DTYPES.values())
-    try:
-        safetensors_dtype(torch.complex128)
-    except LoadkitError as exc:
-        assert "complex128" in str(exc)
-    else:
-        raise AssertionError("complex128 has no safetensors dtype")
 
 
 def test_plural_is_singular_only_for_one():

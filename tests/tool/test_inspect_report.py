@@ -7,6 +7,7 @@ import pytest
 from repo_paths import DATA
 
 from loadkit.checkpoint import open_checkpoint
+from loadkit.terms import VLLM_VERSION
 from loadkit_inspect import InspectReport, inspect_checkpoint
 from loadkit_inspect.report.summary import summarize_checkpoint
 
@@ -28,7 +29,7 @@ def test_the_fix_comes_first_and_the_verdict_last_under_one_loader():
     )
     assert heads(report)[:5] == ["suggested fix", "checkpoint", "layout", "model", "load"]
     last = report.render().splitlines()[-1]
-    assert last.startswith("verdict: vllm 0.28.0: would NOT load: 2 unexpected;")
+    assert last.startswith(f"verdict: vllm {VLLM_VERSION}: would NOT load: 2 unexpected;")
     assert last.endswith("(exit 1)") and report.exit_status == 1
     # the load section leaves out what the fix explains, and says so
     assert "  unexpected names (2): 2 explained by the suggested fix, above" in report.render()
@@ -56,8 +57,8 @@ def test_the_json_document_holds_every_section_and_the_verdict():
     doc = json.loads(report.to_json())
     assert sorted(doc) == [
         "checkpoint", "clean", "exit_status", "layout", "load", "loaders", "mapper", "model",
-        "not_offered", "probe", "schema", "selected_loaders", "suggested_fix", "tensor_parallel",
-        "transformers",
+        "not_offered", "probe", "rename_fix", "schema", "selected_loaders", "suggested_fix",
+        "tensor_parallel", "transformers",
     ]  # fmt: skip
     assert doc["clean"] is True and doc["exit_status"] == 0 and doc["probe"] is None
     assert doc["model"]["class"] == "Plamo2ForCausalLM"

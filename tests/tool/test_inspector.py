@@ -457,6 +457,7 @@ def test_json_round_trip_has_every_section(tmp_path):
         "tensor_parallel",
         "suggested_fix",
         "not_offered",
+        "rename_fix",
         "loaders",
         "selected_loaders",
         "transformers",

@@ -187,3 +187,30 @@ def test_a_class_vllm_adapts_is_not_checked(hf_clean):
     # asked for the Transformers backend, it is checked
     backend = inspect_checkpoint(hf_clean("llama-cls"), model="hf", model_impl="transformers")
     assert backend.loaders is not None and backend.loaders["vllm"].checked
+
+
+def test_what_from_pretrained_initialises_at_random_is_named_not_called_a_failure(
+    hf_clean, tmp_path
+):
+    """Issue 37: a dropped bias, an extra head, a missing pooler: from_pretrained loads, warns,
+    and leaves the missing tensors at random; the column says exactly that, with its names."""
+    import transformers
+
+    clean = hf_clean("bert")
+    tensors = read_tensors(clean)
+    dropped = {"pooler.dense.weight", "pooler.dense.bias", "encoder.layer.1.output.dense.bias"}
+    kept = {k: v for k, v in tensors.items() if k not in dropped}
+    kept["classifier.weight"] = tensors["pooler.dense.weight"][:2].clone()  # a head BertModel lacks
+    folder = write_variant(clean, kept, tmp_path / "v")
+    _, info = transformers.BertModel.from_pretrained(folder, output_loading_info=True)
+    assert sorted(info["missing_keys"]) == sorted(dropped)
+    assert sorted(info["unexpected_keys"]) == ["classifier.weight"]
+    report = inspect_checkpoint(folder, model="hf", loader="transformers")
+    verdict = report.loaders["transformers"]
+    assert verdict.outcome == "warns" and report.exit_status == 1
+    assert verdict.phrase() == (
+        f"{TRANSFORMERS}: would load, but 3 newly initialised at random (MISSING: "
+        "encoder.layer.1.output.dense.bias, pooler.dense.bias, pooler.dense.weight); 1 unused "
+        "(UNEXPECTED: classifier.weight)"
+    )
+    assert "would NOT load" not in report.render()

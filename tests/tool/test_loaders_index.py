@@ -284,3 +284,29 @@ def test_a_single_file_beside_the_index_is_what_transformers_reads(sharded_llama
     assert "reads model.safetensors (preferred to the index, which it never opens)" in (
         again.render()
     )
+
+
+def test_a_key_the_index_lists_twice_is_read_as_json_keeps_it(sharded_llama, tmp_path):
+    """Issue 39: an index naming a key twice. Python's json keeps the last entry, as both
+    loaders read the index; the report says so, and the folder loads (open_checkpoint too)."""
+    folder = copy_of(sharded_llama, tmp_path)
+    key = "model.norm.weight"
+    right = _shard_of(folder, key)
+    wrong = _other_shard(folder, right)
+    text = (folder / INDEX).read_text()
+    entry = f'"{key}": "{right}"'
+    assert text.count(entry) == 1
+    (folder / INDEX).write_text(text.replace(entry, f'{entry}, "{key}": "{wrong}"'))
+    assert clean(from_pretrained(folder))  # the oracle loads it cleanly
+    r = inspect_checkpoint(folder, model="hf")
+    kinds = [(p.kind, p.key, p.severity) for p in r.checkpoint.problems]
+    assert ("listed twice", key, "inconsistent") in kinds and (
+        "wrong shard",
+        key,
+        "inconsistent",
+    ) in kinds
+    (twice,) = [p for p in r.checkpoint.problems if p.kind == "listed twice"]
+    assert f'"{right}", then "{wrong}"' in twice.message and twice.listed == wrong
+    assert r.exit_status == 0 and r.clean is True
+    assert list(open_checkpoint(folder).tensors) == [t.name for t in r.checkpoint.tensors]
+    assert inspect_checkpoint(folder, model="hf", strict_index=True).exit_status == 1

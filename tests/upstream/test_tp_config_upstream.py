@@ -1,6 +1,7 @@
-"""``inspect --tp`` on a model without tensor-parallel layers says what vLLM 0.28.0 says of the
-config: ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py:1361), compiled from the
-wheel's source and called on the head counts transformers' own configs give."""
+"""``inspect --tp`` on a model without tensor-parallel layers says what vLLM 0.34.0 says of the
+config: ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py:1565), compiled from the
+wheel's source and called on the head counts transformers' own configs give (with
+``--enable-hc-sp`` off, its default)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from loadkit_inspect.inspector import inspect_checkpoint
-from upstream.fetch import OLD, ensure_sources
+from upstream.fetch import REFERENCE, ensure_sources
 from upstream.harness import _compile, root_of
 
 
@@ -19,7 +20,7 @@ from upstream.harness import _compile, root_of
 def verify_with_parallel_config():
     # The method alone, compiled from the upstream file (its line numbers kept); the one name
     # its signature reads, ParallelConfig (imported under TYPE_CHECKING there), is a plain class.
-    path = ensure_sources(OLD) / "vllm" / "config" / "model.py"
+    path = ensure_sources(REFERENCE) / "vllm" / "config" / "model.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     cls = next(s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "ModelConfig")
     method = next(
@@ -28,7 +29,7 @@ def verify_with_parallel_config():
         if isinstance(s, ast.FunctionDef) and s.name == "verify_with_parallel_config"
     )
     namespace: dict = {"ParallelConfig": object}
-    exec(_compile(ast.Module(body=[method], type_ignores=[]), path, root_of(OLD)), namespace)
+    exec(_compile(ast.Module(body=[method], type_ignores=[]), path, root_of(REFERENCE)), namespace)
     return namespace["verify_with_parallel_config"]
 
 
@@ -38,6 +39,7 @@ def _upstream_answer(verify, heads: int, tp: int) -> str | None:
         multimodal_config=None,
     )
     parallel = types.SimpleNamespace(
+        enable_hc_sp=False,
         tensor_parallel_size=tp,
         enable_expert_parallel=False,
         pipeline_parallel_size=1,

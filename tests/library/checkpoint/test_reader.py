@@ -6,13 +6,7 @@ import torch
 from safetensors.torch import save_file
 
 from loadkit import open_checkpoint
-from loadkit.errors import (
-    CheckpointError,
-    DuplicateKeyError,
-    HeaderError,
-    ShardIndexError,
-    TruncatedCheckpointError,
-)
+from loadkit.errors import CheckpointError, HeaderError, TruncatedCheckpointError
 
 
 def raw_file(path, header, data=b""):
@@ -75,63 +69,6 @@ def test_reuse_buffer_views_are_overwritten(tmp_path):
     assert held[0][1].tolist() == [2.0] * 4  # the first view now shows the second tensor
     cloned = [(n, t.clone()) for n, t in open_checkpoint(f).weights(reuse_buffer=True)]
     assert cloned[0][1].tolist() == [1.0] * 4
-
-
-def test_folder_without_index_globs_shards_sorted(tmp_path):
-    save_file({"z": torch.zeros(1)}, str(tmp_path / "a.safetensors"))
-    save_file({"y": torch.ones(1)}, str(tmp_path / "b.safetensors"))
-    ck = open_checkpoint(tmp_path)
-    assert [n for n, _ in ck.weights()] == ["z", "y"]
-
-
-def test_duplicate_key_across_shards(tmp_path):
-    save_file({"w": torch.zeros(2)}, str(tmp_path / "a.safetensors"))
-    save_file({"w": torch.zeros(3)}, str(tmp_path / "b.safetensors"))
-    with pytest.raises(DuplicateKeyError) as exc:
-        open_checkpoint(tmp_path)
-    msg = str(exc.value)
-    assert "'w'" in msg and "a.safetensors" in msg and "b.safetensors" in msg
-    assert "[2]" in msg and "[3]" in msg
-
-
-def test_index_names_shards(tmp_path):
-    save_file({"w1": torch.zeros(2)}, str(tmp_path / "s-2.safetensors"))
-    save_file({"w0": torch.ones(2)}, str(tmp_path / "s-1.safetensors"))
-    save_file({"stray": torch.ones(2)}, str(tmp_path / "unrelated.safetensors"))
-    idx = {"weight_map": {"w0": "s-1.safetensors", "w1": "s-2.safetensors"}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(idx))
-    ck = open_checkpoint(tmp_path)
-    assert list(ck.tensors) == ["w0", "w1"]  # the unrelated file is not a shard
-
-
-def test_index_missing_shard(tmp_path):
-    idx = {"weight_map": {"w0": "gone.safetensors"}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(idx))
-    with pytest.raises(ShardIndexError, match=r"gone\.safetensors.*|'w0'") as exc:
-        open_checkpoint(tmp_path)
-    assert "gone.safetensors" in str(exc.value) and "'w0'" in str(exc.value)
-
-
-def test_index_key_not_in_its_shard(tmp_path):
-    # loaders read each listed file's own tensors, never the index's key list: it opens (as
-    # `loadkit inspect` says it loads); strict_index refuses it (as --strict-index fails it)
-    save_file({"w0": torch.ones(2)}, str(tmp_path / "s.safetensors"))
-    idx = {"weight_map": {"w0": "s.safetensors", "w9": "s.safetensors"}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(idx))
-    assert list(open_checkpoint(tmp_path).tensors) == ["w0"]
-    with pytest.raises(ShardIndexError) as exc:
-        open_checkpoint(tmp_path, strict_index=True)
-    assert "'w9'" in str(exc.value) and "s.safetensors" in str(exc.value)
-
-
-def test_one_key_twice_with_one_shape_keeps_the_last_copy(tmp_path):
-    save_file({"w": torch.zeros(2)}, str(tmp_path / "a.safetensors"))
-    save_file({"w": torch.ones(2)}, str(tmp_path / "b.safetensors"))
-    ck = open_checkpoint(tmp_path)
-    assert ck.tensors["w"].file.endswith("b.safetensors")  # read in order: the last copy stays
-    assert [(n, t.tolist()) for n, t in ck.weights()] == [("w", [1.0, 1.0])]
-    with pytest.raises(DuplicateKeyError):
-        open_checkpoint(tmp_path, strict_index=True)
 
 
 def test_truncated_file(tmp_path, tensors):

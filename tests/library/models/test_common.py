@@ -6,13 +6,7 @@ import torch
 from loadkit.checkpoint.reader import TensorInfo
 from loadkit.errors import CheckpointError, MissingShardIdError, ShapeMismatchError
 from loadkit.models import gemma4, nemotron_h, plamo2
-from loadkit.models._common import (
-    HeaderShapes,
-    RMSNorm,
-    packed_weight_loader,
-    rms_norm,
-    shard_rows,
-)
+from loadkit.models._common import HeaderShapes, RMSNorm, packed_weight_loader, rms_norm, shard_rows
 
 
 def test_every_built_in_model_uses_the_one_rmsnorm_and_packed_loader():
@@ -68,3 +62,10 @@ def test_header_shapes_name_file_key_and_shape():
         header.shape("a.w", ndim=2)
     with pytest.raises(CheckpointError, match=r"key 'b'.*not a test checkpoint.*missing"):
         header.shape("b")
+
+
+def test_rms_norm_matches_torch():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 5, generator=g), torch.randn(5, generator=g)
+    want = torch.nn.functional.rms_norm(x, (5,), w, eps=1e-6)
+    assert torch.allclose(rms_norm(x, w, 1e-6), want, atol=1e-6)

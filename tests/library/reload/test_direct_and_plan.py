@@ -1,4 +1,5 @@
-"""Direct reload and the load plan (vLLM 0.34.0), on every model loadkit has.
+"""Direct reload and the load plan (vLLM 0.34.0), on every model loadkit has: an integration test
+of ``loadkit.reload.direct`` and ``loadkit.reload.plan`` (the plan alone: ``test_plan.py``).
 
 The oracle for direct reload is an ordinary load of the same checkpoints one after the other; the
 oracle for the plan is the untraced direct reload: the same bytes in the same places.
@@ -7,7 +8,6 @@ oracle for the plan is the untraced direct reload: the same bytes in the same pl
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,17 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from loadkit import (
-    AutoWeightsLoader,
-    WeightsMapper,
-    composed_weight_loader,
-    default_weight_loader,
-)
-from loadkit.errors import DirectReloadError, LoadPlanError
+from loadkit import AutoWeightsLoader, WeightsMapper
+from loadkit.errors import DirectReloadError
 from loadkit.models import gemma4, llama, nemotron_h, padded_moe, plamo2, vision_tower
 from loadkit.parallel import stand_in_group, use_group
 from loadkit.reload import (
-    ParamMeta,
     finish_reload,
     load_planned,
     param_metas,
@@ -33,8 +27,6 @@ from loadkit.reload import (
     record_checkpoint_layout,
     start_reload,
 )
-from loadkit.reload.geometry import Region, Write, box_and_region, byte_runs, merge_writes
-from loadkit.reload.trace import TraceTensor
 
 Weights = list[tuple[str, torch.Tensor]]
 
@@ -191,93 +183,6 @@ def _planned_equals_untraced(build, checkpoint):
     assert {n: p for n, (p, _) in got.items()} != {n: p for n, (p, _) in fresh.items()}
 
 
-def test_plan_reasons_name_what_a_loader_does_besides_copying():
-    model = nemotron_h.NemotronHForCausalLM()
-    model.load_weights(nemotron_h.make_checkpoint(seed=0).items())
-    record_checkpoint_layout(model)
-    start_reload(model, mode="direct")
-    plan = plan_loads(model, param_metas(nemotron_h.make_checkpoint(seed=1).items()))
-    finish_reload(model)
-    assert plan.fallbacks() == {
-        "its loader reads the destination (aten.exp)": [
-            f"backbone.layers.{i}.mixer.A_log" for i in (0, 1, 4, 6)
-        ]
-    }
-    qkv = plan.entries["backbone.layers.2.mixer.q_proj.weight"]
-    (write,) = qkv.writes or ()
-    assert (write.module, write.tensor, write.dst.offset) == (
-        "model.layers.2.mixer.qkv_proj",
-        "weight",
-        0,
-    )
-
-
-class Two(nn.Module):
-    """Two parameters and a loader of each kind the plan must refuse to write directly."""
-
-    def __init__(self, kind: str):
-        super().__init__()
-        self.a = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
-        self.b = nn.Parameter(torch.zeros(2, 3), requires_grad=False)
-        loaders = {
-            "cast": default_weight_loader,  # a bfloat16 checkpoint into float32
-            "computed": lambda param, loaded_weight: param.data.copy_(loaded_weight * 2),
-            "reads": composed_weight_loader(default_weight_loader, lambda x: -x),
-            "value": lambda param, loaded_weight: param.data.fill_(loaded_weight.sum().item()),
-            "step": lambda param, loaded_weight: param.data.copy_(loaded_weight[:, ::2]),
-            "overlap": lambda param, loaded_weight: self.a.data.copy_(loaded_weight),
-        }
-        self.a.weight_loader = default_weight_loader
-        self.b.weight_loader = loaders[kind]
-
-    def load_weights(self, weights):
-        return AutoWeightsLoader(self).load_weights(weights)
-
-
-@pytest.mark.parametrize(
-    ("kind", "dtype", "shape", "reason"),
-    [
-        ("cast", torch.bfloat16, (2, 3), "casts torch.bfloat16 to torch.float32 at copy_"),
-        ("computed", torch.float32, (2, 3), "applies mul.Tensor to it"),
-        ("reads", torch.float32, (2, 3), "its loader reads the destination (aten.neg)"),
-        ("value", torch.float32, (2, 3), "its loader reads tensor values (.item(), bool(), ...)"),
-        ("step", torch.float32, (2, 6), "source slice has a step or is not a box"),
-        ("overlap", torch.float32, (2, 3), "writes overlap with 'a'"),
-    ],
-)
-def test_what_cannot_be_written_directly_falls_back_and_still_loads(kind, dtype, shape, reason):
-    model = Two(kind)
-    record_checkpoint_layout(model)
-    metas = [ParamMeta("a", (2, 3), dtype), ParamMeta("b", shape, dtype)]
-    start_reload(model, mode="direct")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plan = plan_loads(model, metas)
-    assert plan.entries["b"].reason == reason
-    assert plan.get_dest("b") is None
-    update = [("a", torch.full((2, 3), 3.0, dtype=dtype)), ("b", torch.ones(shape, dtype=dtype))]
-    if kind == "overlap":  # both fall back: they write the same bytes, arrival order decides
-        assert plan.get_dest("a") is None
-    elif kind != "cast":
-        assert plan.get_dest("a") is not None
-    load_planned(model, plan, update)
-    finish_reload(model)
-    reference = Two(kind)
-    reference.load_weights(update)
-    assert torch.equal(model.a, reference.a) and torch.equal(model.b, reference.b)
-
-
-def test_plan_refusals():
-    model = Two("cast")
-    with pytest.raises(LoadPlanError, match="between start_reload"):
-        plan_loads(model, [ParamMeta("a", (2, 3), torch.float32)])
-    record_checkpoint_layout(model)
-    start_reload(model, mode="direct")
-    with pytest.raises(LoadPlanError, match="declared twice"):
-        plan_loads(model, [ParamMeta("a", (2, 3), torch.float32)] * 2)
-    finish_reload(model)
-
-
 class Transposed(nn.Module):
     """A layer whose post-load processing re-lays its weight out (a kernel's layout)."""
 
@@ -344,57 +249,6 @@ def test_direct_reload_zero_fills_the_padded_weights_a_layer_names():
     model.load_weights(padded_moe.make_checkpoint(seed=1).items())
     finish_reload(model)
     assert float(experts.w13_weight[:, 12:16].abs().max()) == 0
-
-
-# --- geometry ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("ckpt", "view", "box"),
-    [
-        ((4, 6), lambda w: w, ((0, 4), (0, 6))),
-        ((4, 6), lambda w: w.t(), ((0, 4), (0, 6))),
-        ((4, 6), lambda w: w[1:3], ((1, 3), (0, 6))),
-        ((4, 6), lambda w: w[:, 2:5], ((0, 4), (2, 5))),
-        ((4, 6), lambda w: w.flatten()[6:18], ((1, 3), (0, 6))),
-        ((2, 3, 4), lambda w: w[1].transpose(0, 1), ((1, 2), (0, 3), (0, 4))),
-    ],
-)
-def test_a_copy_is_a_box_and_a_region_that_put_every_element_where_copy_did(ckpt, view, box):
-    source = torch.arange(float(torch.Size(ckpt).numel())).view(ckpt)
-    part = view(source)
-    dest = torch.full((64,), -1.0).as_strided(part.shape, torch.empty(part.shape).stride(), 5)
-    dims = list(zip(part.shape, part.stride(), dest.stride(), strict=True))
-    got_box, shape, stride = box_and_region(ckpt, part.storage_offset(), dims)
-    assert got_box == box
-    replay = torch.full((64,), -1.0)
-    picked = source[tuple(slice(a, b) for a, b in got_box)]
-    replay.as_strided(shape, stride, 5).copy_(picked.reshape(shape))
-    dest.copy_(part)
-    assert torch.equal(replay, dest.as_strided((64,), (1,), 0))
-
-
-def test_writes_that_continue_one_another_merge_and_byte_runs_cover_them():
-    rows = [Write(((i, i + 1), (0, 4)), "m", "w", Region(4 * i, (1, 4), (4, 1))) for i in (2, 0, 1)]
-    (merged,) = merge_writes(rows)
-    assert merged.src == ((0, 3), (0, 4)) and merged.dst == Region(0, (3, 4), (4, 1))
-    strided = [Write(((i, i + 1), (0, 4)), "m", "w", Region(8 * i, (1, 4), (4, 1))) for i in (0, 1)]
-    assert merge_writes(strided)[0].dst == Region(0, (2, 4), (8, 1))  # rows 8 apart: one write
-    apart = [Write(((i, i + 1), (0, 4)), "m", "w", Region(4 * i, (1, 4), (4, 1))) for i in (0, 2)]
-    assert len(merge_writes(apart)) == 2  # source rows 0 and 2: not one box
-    assert byte_runs(0, (3, 4), (4, 1), 4) == [(0, 48)]
-    assert byte_runs(8, (2, 2), (8, 1), 2) == [(8, 12), (24, 28)]
-
-
-def test_a_trace_has_no_data_and_remembers_its_views():
-    from loadkit.reload.bake import PlanSink, Targets
-
-    sink = PlanSink(Targets(nn.Module()))
-    trace = TraceTensor.checkpoint("w", torch.Size((4, 6)), torch.float32, sink)
-    part = trace.t().narrow(0, 1, 2)
-    assert part.geom is not None and part.geom.storage_offset() == 1
-    assert (part.key, part.shape) == ("w", torch.Size((2, 4)))
-    assert trace.is_meta and part.is_meta  # no data anywhere
 
 
 # --- vLLM's native classes (loadkit.models.native), on checkpoints transformers wrote ------------

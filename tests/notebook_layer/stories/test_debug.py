@@ -217,7 +217,10 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert "model.h.0.attn.c_attn.bias" in panel.summary()  # vLLM's pitfall on GPT-2
     # the picture names each loader's verdict, and whose load its colours show
     tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
-    verdict = f"{tf}: loads cleanly, {vllm}: would NOT load (colours: the vllm load)"
+    # vLLM 0.34.0 serves GPT-2 with a native class loadkit does not re-implement: said so, and
+    # the colours are those of the Transformers backend's load, which the panel did run
+    native = f"{vllm}, native GPT2LMHeadModel: not checked"
+    verdict = f"{tf}: loads cleanly, {native} (colours: the load into TransformersForCausalLM)"
     assert verdict in panel.figure.layout.annotations[0].text
     # the cause of the missing biases: keys a rule set aside whose tensors are then missing
     from loadkit_notebooks.fates import FATE_COLOURS, LEFT_OUT
@@ -234,12 +237,9 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert mapper.startswith("mapper  (TransformersForCausalLM.hf_to_vllm_mapper)")
     assert "transformer.h.0.attn.c_attn.bias  (regex 'attn.bias')" in mapper
     both = debug.report_sections(panel.report, "model", "mapper")
-    verdict = f"verdict:\n  {tf}: would load cleanly\n  {vllm}: would NOT load (2 missing: "
+    verdict = f"verdict:\n  {tf}: would load cleanly\n  {native} (vLLM 0.34.0 would use its"
     assert both.index("model  hf:") < both.index("mapper  (") < both.index(verdict)
     summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())  # folded at 100
-    assert summary == (
-        f"{tf}: would load cleanly | {vllm}: would NOT load (2 missing: "
-        "model.h.0.attn.c_attn.bias, model.h.1.attn.c_attn.bias) (exit 1)"
-    )
+    assert summary == f"{tf}: would load cleanly (exit 0)"  # the one loader checked decides
     panel.model.value = "hf-nonsense"
     assert panel.summary().startswith("error: --model 'hf-nonsense'")

@@ -61,6 +61,10 @@ def test_both_columns_against_transformers(arch, mutation, hf_clean, tmp_path):
     assert column.clean == raw.clean
     assert column.raises == row["from_pretrained_raises"]
     assert row["transformers_agrees"]
+    # its outcome in its own terms: it raises, or returns the model with warnings, or cleanly
+    raises = row["from_pretrained_raises"]
+    outcome = "raises" if raises else "loads" if raw.clean else "warns"
+    assert column.outcome == report_outcome(row["report"]) == outcome
 
     ours, hf, expected, report = row["loadkit"], row["transformers"], row["expected"], row["report"]
     differs = (
@@ -106,6 +110,23 @@ def test_enough_architectures_and_mutations():
     assert {"BertModel", "BertForSequenceClassification", "LlamaForCausalLM"} <= kinds
 
 
+def report_outcome(report) -> str:
+    """The outcome the report's text and its JSON give the transformers loader, which must be
+    one."""
+    doc = report.as_dict()
+    said = report.loaders["transformers"].phrase()
+    words = {
+        "loads": ": would load cleanly",
+        "warns": ": would load, but ",
+        "raises": ": would raise ",
+    }
+    assert words[doc["transformers"]["outcome"]] in said, said
+    assert doc["loaders"]["transformers"]["outcome"] == doc["transformers"]["outcome"]
+    assert doc["transformers"]["raises"] == (doc["transformers"]["outcome"] == "raises")
+    return doc["transformers"]["outcome"]
+
+
+@pytest.mark.slow  # 374 cases: a folder, from_pretrained on it and on a control, two inspects
 @pytest.mark.parametrize(("arch", "layout"), layout_cases())
 def test_folder_layouts_against_both_loaders(arch, layout, hf_clean, tmp_path):
     """Each loader chooses its files itself: the transformers column is from_pretrained on the
@@ -116,6 +137,7 @@ def test_folder_layouts_against_both_loaders(arch, layout, hf_clean, tmp_path):
     column, verdict = report.from_pretrained, report.loaders["transformers"]
     text = report.render()
     assert (column.outcome, verdict.outcome) == (oracle.outcome, oracle.outcome), text
+    assert report_outcome(report) == oracle.outcome
     assert report.as_dict()["transformers"]["raises"] == (oracle.outcome == "raises")
     if oracle.outcome == "raises":
         assert column.error is not None and column.error.error == oracle.error, text

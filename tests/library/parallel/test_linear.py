@@ -1,10 +1,10 @@
-"""The tensor-parallel layers and their loaders, one rank at a time (no processes).
+"""The tensor-parallel linear layers and their loaders, one rank at a time (no processes).
 
-Expected rows are written out from vLLM 0.28.0's ``linear.py`` and ``vocab_parallel_embedding.py``
-(read, not imported): column loaders narrow ``rank * shard_size``, merged and QKV loaders place
-each shard at ``sum(previous sizes) / tp``, kv shards are ``rank // num_kv_head_replicas``, the
-vocabulary pads to 64 and rank ``r`` holds padded rows ``r*p .. (r+1)*p``. Checkpoint tensors are
-``arange`` so every loaded row says which checkpoint row it came from.
+Expected rows are written out from vLLM 0.28.0's ``linear.py`` (read, not imported): column
+loaders narrow ``rank * shard_size``, merged and QKV loaders place each shard at
+``sum(previous sizes) / tp``, kv shards are ``rank // num_kv_head_replicas``. Checkpoint tensors
+are ``arange`` so every loaded row says which checkpoint row it came from (the helpers here serve
+``test_vocab_parallel_embedding.py`` too).
 """
 
 from __future__ import annotations
@@ -16,15 +16,11 @@ from loadkit.parallel import (
     ColumnParallelLinear,
     MergedColumnParallelLinear,
     NotDivisibleError,
-    ParallelLMHead,
     QKVParallelLinear,
     RowParallelLinear,
     TensorParallelError,
-    VocabParallelEmbedding,
-    pad_vocab_size,
     stand_in_group,
     use_group,
-    vocab_shard,
 )
 from loadkit.parallel.linear import ShardIdError
 
@@ -149,26 +145,6 @@ def test_qkv_bad_shard_id():
         load(layer, layer.weight, rows_of(8, 3), "x")
 
 
-def test_vocab_pads_to_64_and_zeroes_rows_past_the_vocabulary():
-    assert pad_vocab_size(100) == 128 and pad_vocab_size(128) == 128 and pad_vocab_size(1) == 64
-    shard = vocab_shard(100, 3, 4)
-    assert (shard.padded_start, shard.padded_end, shard.start, shard.end) == (96, 128, 96, 100)
-    assert (shard.real_rows, shard.padding_rows) == (4, 28)
-    layer = build(VocabParallelEmbedding, 3, 4, 100, 2)
-    layer.weight.data.fill_(-1.0)
-    load(layer, layer.weight, rows_of(100, 2))
-    assert held(layer.weight) == [96, 97, 98, 99] + [0] * 28
-    head = build(ParallelLMHead, 1, 4, 100, 2)
-    load(head, head.weight, rows_of(100, 2))
-    assert held(head.weight) == list(range(32, 64))
-
-
-def test_vocab_rejects_a_table_of_another_size():
-    layer = build(VocabParallelEmbedding, 0, 2, 100, 2)
-    with pytest.raises(ValueError, match=r"parameter has shape \[100, 2\].*\[96, 2\]"):
-        load(layer, layer.weight, rows_of(96, 2))
-
-
 def test_sizes_that_do_not_split_name_what_and_tp():
     with pytest.raises(NotDivisibleError, match=r"attn.qkv: attention heads \(8\).*size \(3\)"):
         build(QKVParallelLinear, 0, 3, 3, 1, 8, 2, prefix="attn.qkv")
@@ -185,13 +161,3 @@ def test_outside_a_group_one_rank_and_loaders_check_the_group_size():
         layer.weight.weight_loader(layer.weight, rows_of(6, 4))
     with pytest.raises(TensorParallelError, match="built for 2 ranks but is loaded in a group of"):
         load(layer, layer.weight, rows_of(6, 4), rank=0, tp=4)
-
-
-def test_a_stand_in_group_refuses_collectives_with_other_ranks():
-    x = torch.ones(2)
-    with use_group(stand_in_group(0, 1)) as g:
-        assert g.all_reduce(x) is x and g.all_gather(x) is x
-    with pytest.raises(TensorParallelError, match="this group is a stand-in"):
-        stand_in_group(1, 2).all_reduce(x)
-    with pytest.raises(TensorParallelError, match="outside a group of 2"):
-        stand_in_group(2, 2)

@@ -502,8 +502,11 @@ def suggest_fixes(
 ) -> tuple[SuggestedFix | None, NotOffered | None]:
     """Rules that explain a systematic mismatch, offered only when a second dry load makes
     things better (proven when it is clean); or the rules considered and refused, and why. A
-    fix names the other loaders judged, which its mapper rules do not apply to."""
-    if not suggest or loaded.report.clean or not loaded.auto_loader_at_root:
+    fix names the other loaders judged, which its mapper rules do not apply to. A dry load that
+    stopped early (too many failing names) offers none: the tensors it never reached are not
+    missing, and rules inferred from them would be guesses."""
+    report = loaded.report
+    if not suggest or report.clean or not report.complete or not loaded.auto_loader_at_root:
         return None, None
     from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
     from loadkit_inspect.simulate import dry_load

@@ -217,7 +217,7 @@ def _quiet(load: LoadReport, tracked: Tracked | None) -> list[str]:
     """What a load vLLM does not check would do without a word (``tracked``: vLLM's native
     classes): leave tensors uninitialised, and drop keys its own ``load_weights`` took and
     loaded nowhere (gpt-oss passes a name it does not have over)."""
-    if tracked is None:
+    if tracked is None or not load.complete:  # stopped early: most tensors never reached
         return []
     allowed = {m.name for m in load.missing if m.allowed is not None}
     left = [q for q in tracked.quiet if q not in allowed]
@@ -248,7 +248,9 @@ def _load_problems(load: LoadReport, tracked: Tracked | None) -> list[str]:
     problems = []
     if load.unexpected:
         problems.append(_names("unexpected", [u.name for u in load.unexpected]))
-    if tracked is None:
+    if not load.complete:
+        missing = []  # a dry load that stopped early never reached them: not a finding
+    elif tracked is None:
         missing = [m.name for m in load.failing_missing]
     else:
         allowed = {m.name for m in load.missing if m.allowed is not None}

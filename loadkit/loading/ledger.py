@@ -82,13 +82,24 @@ class LoadLedger:
     def __init__(self, module: torch.nn.Module, observer: LoadObserver | None = None) -> None:
         self.root = type(module).__name__
         self.entries: list[CheckpointEntry] = []
-        self.params: dict[str, ParamEntry] = model_tensors(module)
-        self._alias_of = {a: p.name for p in self.params.values() for a in p.aliases}
+        self._module = module
+        self._params: dict[str, ParamEntry] | None = None  # the model's side, on first use
+        self._alias_of: dict[str, str] = {}
         # The scope's observer (loadkit.loading.observe) when none is given: models build their
         # loaders themselves, so an observer cannot be handed to them.
         self.observer = observer if observer is not None else current_observer()
         if self.observer is not None:
             self.observer.opened(self, module)
+
+    @property
+    def params(self) -> dict[str, ParamEntry]:
+        """Every parameter and persistent buffer of the module, by qualified name (walked on
+        first use: a load that stops at its first key, as a dry load's discovery passes do,
+        never walks a large model)."""
+        if self._params is None:
+            self._params = model_tensors(self._module)
+            self._alias_of = {a: p.name for p in self._params.values() for a in p.aliases}
+        return self._params
 
     # --- recording (AutoWeightsLoader calls these) ----------------------------------------------
 
@@ -100,7 +111,8 @@ class LoadLedger:
         return entry
 
     def param_loaded(self, qualname: str, source: str | None = None, via: str | None = None):
-        entry = self.params.get(self._alias_of.get(qualname, qualname))
+        params = self.params  # first: it fills the alias table
+        entry = params.get(self._alias_of.get(qualname, qualname))
         if entry is None:
             return  # a child's loader reported a name the model does not hold: nothing to mark
         entry.status = Status.LOADED

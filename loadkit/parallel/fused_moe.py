@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from loadkit.errors import ShapeMismatchError, UnknownNameError
+from loadkit.loading.tensors import named_parameters, submodules
 from loadkit.parallel.quant import UnquantizedFusedMoEMethod
 from loadkit.parallel.state import TensorParallelError, divide, get_tp_group
 
@@ -520,7 +521,10 @@ def make_expert_params_mapping(
     """The mapping a hand-written ``load_weights`` indexes its parameters with (vLLM's
     ``FusedMoE.make_expert_params_mapping``): per expert, names relative to the layer holding
     ``experts``, with the LoRA ``base_layer.`` prefix where the model has one."""
-    has_base_layer = any(".base_layer." in n for n, _ in model.named_parameters())
+    # a parameter name holds ".base_layer." only under a module of that name: looked for first
+    has_base_layer = any("base_layer" in m._modules for m in submodules(model)) and any(
+        ".base_layer." in n for n, _ in named_parameters(model)
+    )
     prefix = "base_layer." if has_base_layer else ""
     return build_expert_params_mapping(
         ckpt_gate_proj_name,

@@ -119,7 +119,7 @@ def build_from_source(
     else:
         choice = resolve(config, model_impl)
         _known_somewhere(choice, source.path)
-    unmodelled = _unmodelled(choice)
+    unmodelled = _unmodelled(choice) or _quantized(config, choice)
     if choice.native and unmodelled is None:
         model = _native(config, choice, source.path, device)
     else:
@@ -198,6 +198,21 @@ def _unmodelled(choice: VllmClass) -> str | None:
             "layers loadkit does not re-implement"
         )
     return None
+
+
+def _quantized(config: PretrainedConfig, choice: VllmClass) -> str | None:
+    """Why the vllm column is not checked for a quantized checkpoint (``quantization_config``
+    in its config.json, as DeepSeek-V3's FP8 one has), or ``None``: vLLM builds its layers with
+    the quantization's parameters (``weight_scale_inv``...), which loadkit does not model."""
+    quant = getattr(config, "quantization_config", None)
+    if choice.name is None or not quant:
+        return None
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    method = method or getattr(quant, "quant_method", None) or "unnamed"
+    return (
+        f"vLLM 0.34.0 would build {choice.name} quantized ({str(method)!r} from the config's "
+        "quantization_config), whose quantized layers loadkit does not re-implement"
+    )
 
 
 def _native(config: PretrainedConfig, choice: VllmClass, path: str, device: str) -> nn.Module:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from importlib.metadata import version
 
 import pytest
+import torch
 from native_cases import ARCHS, cases, make_variant
 
 from loadkit_inspect import inspect_checkpoint
@@ -129,3 +130,40 @@ def test_a_missing_norm_fails_and_a_missing_linear_is_said_beside_it(native_clea
         "check it): "
         "model.layers.0.self_attn.o_proj.weight",
     ]
+
+
+def test_a_quantized_checkpoint_is_not_checked(native_clean, tmp_path):
+    from native_cases import Variant, read_config, read_tensors, write_variant
+
+    clean = native_clean("deepseek-v3")
+    config = read_config(clean)
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    folder = write_variant(clean, Variant(read_tensors(clean), config), tmp_path)
+    verdict = inspect_checkpoint(folder, model="hf").loaders["vllm"]
+    assert not verdict.checked and not verdict.clean
+    assert verdict.problems == [
+        "vLLM 0.34.0 would build DeepseekV3ForCausalLM quantized ('fp8' from the config's "
+        "quantization_config), whose quantized layers loadkit does not re-implement"
+    ]
+
+
+def test_a_load_stopped_early_names_no_tensor_it_never_reached(native_clean, tmp_path):
+    from native_cases import Variant, read_tensors, write_variant
+
+    from loadkit_inspect.simulate.run import MAX_RUNS
+
+    # a hand-written loader stops at each key the model lacks (a KeyError): one pass each,
+    # until the dry load gives up
+    clean = native_clean("deepseek-v2")
+    t = read_tensors(clean)
+    stray = {f"model.layers.0.mlp.stray{i}.weight": torch.zeros(1) for i in range(MAX_RUNS + 8)}
+    folder = write_variant(clean, Variant({**stray, **t}), tmp_path)
+    report = inspect_checkpoint(folder, model="hf", loader="vllm")
+    assert not report.load.complete
+    verdict = report.loaders["vllm"]
+    assert not verdict.clean and not verdict.quiet
+    words = " ".join(verdict.problems)
+    assert f"{MAX_RUNS} unexpected" in words and "simulation stopped early" in words
+    # tensors the load never reached are neither missing nor left uninitialised
+    assert "missing" not in words and "uninitialised" not in words
+    assert report.fix is None and report.not_offered is None  # no rule inferred from them

@@ -31,7 +31,8 @@ def dtype_of(config: PretrainedConfig) -> torch.dtype:
     vLLM's ``dtype="auto"`` takes the same, except that it serves a float32 config in the
     platform's preferred half dtype: only the dtype casts the report lists differ.
     """
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    # transformers 5 names it ``dtype`` (reading ``torch_dtype`` there warns it is deprecated)
+    dtype = getattr(config, "dtype", None)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None)
     return dtype if isinstance(dtype, torch.dtype) else torch.float32

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.tensors import named_parameters
 from loadkit.loading.weight_loaders import default_weight_loader, loader_of
 from loadkit.models._common import RMSNorm
 from loadkit.models.native.common import (
@@ -233,7 +234,7 @@ class DeepseekV2Model(nn.Module):
         experts = make_expert_params_mapping(
             self, "gate_proj", "down_proj", "up_proj", num_experts=self.config.n_routed_experts
         )
-        params = dict(self.named_parameters())
+        params = dict(named_parameters(self))
         loaded: set[str] = set()
         # vLLM builds an indexer only for DeepSeek-V3.2 (and loadkit none): its keys are dropped.
         for name, weight in weights:

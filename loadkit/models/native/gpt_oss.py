@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from loadkit.loading.auto_loader import AutoWeightsLoader
+from loadkit.loading.tensors import named_parameters
 from loadkit.loading.weight_loaders import default_weight_loader, loader_of, set_weight_attrs
 from loadkit.mapper import WeightsMapper
 from loadkit.models._common import RMSNorm
@@ -230,7 +231,7 @@ class GptOssModel(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Upstream's ``_load_weights_other`` (the unquantized path)."""
-        params = dict(self.named_parameters())
+        params = dict(named_parameters(self))
         group = get_tp_group()
         per_rank = -(-self.config.intermediate_size // group.world_size)
         start = group.rank * per_rank

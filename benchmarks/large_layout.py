@@ -2,6 +2,7 @@
 
     python benchmarks/large_layout.py               # 163 shards, header-only and --model hf
     python benchmarks/large_layout.py --runs 5 --skip-model
+    python benchmarks/large_layout.py --hf-causal   # also the forced dense wrapper
 
 The layout follows DeepSeek-V3's published checkpoint: 61 decoder layers (3 dense, 58 with 256
 routed experts and one shared expert), MLA attention (``q_a_proj``, ``q_a_layernorm``,
@@ -17,12 +18,18 @@ Measured side by side in one run, alternating, median of ``--runs``:
    every shard with ``safetensors.safe_open`` (framework ``numpy``, so neither side imports torch)
    and reads every key and shape. Target: ratio at most 1.0 (``ratio``: of CPU times, user +
    system; ``wall_ratio`` beside it).
-2. ``--model hf-causal`` (the folder's ``config.json`` is transformers' ``deepseek_v3``): the whole
-   inspect process, at the full layout and at a quarter of the layers, to see whether the build and
-   the dry load grow linearly in the names (target: seconds per name about equal at both sizes).
-   ``--model hf`` itself refuses DeepSeek-V3 (exit 2): vLLM serves a mixture of experts through
-   its ``TransformersMoE*`` wrappers, whose fused expert layers loadkit does not re-implement; the
-   dense causal wrapper checks every name all the same (the experts' keys come out unexpected).
+2. ``--model hf`` against the header-only inspect of the same folder, target: at most 10 times.
+   On the published layout its ``config.json`` carries DeepSeek-V3's ``quantization_config``
+   (FP8, 128x128 blocks): vLLM 0.34.0 would build ``DeepseekV3ForCausalLM`` quantized, which
+   loadkit does not model, so the vllm column is not checked and transformers' quantizer is not
+   simulated; the process reads the config, builds a stand-in on meta and reports. So the same
+   comparison runs on the layout as an unquantized (BF16) export would ship it (no scales, no
+   ``quantization_config``, 46,183 tensors): there ``--model hf`` simulates both loads, vLLM's
+   native ``DeepseekV3ForCausalLM`` over every name and ``from_pretrained``.
+3. with ``--hf-causal``: ``--model hf-causal`` (the Transformers backend's dense wrapper, forced)
+   on the unquantized config, at the full layout and at a quarter of the layers, to see whether
+   the build and the dry load grow linearly in the names (target: seconds per name about equal
+   at both sizes).
 
 A JSON line per measurement; the last line sums them up.
 """
@@ -44,6 +51,14 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "data" / "big" / "large_layout"
 SHARDS = 163
 BLOCK = 128  # DeepSeek-V3's FP8 scales: one float32 per 128x128 block of weights
+
+# The published checkpoint's FP8 weights, each with its 128x128 block scales.
+QUANTIZATION = {
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "quant_method": "fp8",
+    "weight_block_size": [BLOCK, BLOCK],
+}
 
 # DeepSeek-V3's config.json, the sizes that shape the checkpoint.
 CONFIG = {
@@ -69,7 +84,11 @@ CONFIG = {
     "v_head_dim": 128,
     "vocab_size": 129280,
     "tie_word_embeddings": False,
+    "topk_method": "noaux_tc",  # the router's e_score_correction_bias
+    "quantization_config": QUANTIZATION,
 }
+# The same model exported unquantized (BF16): no scales, no quantization_config.
+UNQUANTIZED = {k: v for k, v in CONFIG.items() if k != "quantization_config"}
 
 RAW_SAFE_OPEN = r"""
 import json, os, sys
@@ -86,8 +105,13 @@ print(n)
 """
 
 
-def fp8_linear(name: str, out_features: int, in_features: int) -> list[tuple[str, str, list[int]]]:
-    """An FP8 linear as DeepSeek-V3 ships it: the weight and its block scales."""
+def linear(
+    name: str, out_features: int, in_features: int, c: dict
+) -> list[tuple[str, str, list[int]]]:
+    """A linear as DeepSeek-V3 ships it: the FP8 weight and its block scales (an unquantized
+    export, ``quantization_config`` absent from ``c``: one BF16 weight)."""
+    if "quantization_config" not in c:
+        return [(f"{name}.weight", "BF16", [out_features, in_features])]
     scales = [math.ceil(out_features / BLOCK), math.ceil(in_features / BLOCK)]
     return [
         (f"{name}.weight", "F8_E4M3", [out_features, in_features]),
@@ -106,29 +130,30 @@ def decoder_layer(i: int, c: dict) -> list[tuple[str, str, list[int]]]:
         (f"{p}.self_attn.kv_a_layernorm.weight", "BF16", [c["kv_lora_rank"]]),
     ]
     a = f"{p}.self_attn"
-    out += fp8_linear(f"{a}.q_a_proj", c["q_lora_rank"], h)
-    out += fp8_linear(f"{a}.q_b_proj", heads * (nope + rope), c["q_lora_rank"])
-    out += fp8_linear(f"{a}.kv_a_proj_with_mqa", c["kv_lora_rank"] + rope, h)
-    out += fp8_linear(f"{a}.kv_b_proj", heads * (nope + v), c["kv_lora_rank"])
-    out += fp8_linear(f"{a}.o_proj", h, heads * v)
+    out += linear(f"{a}.q_a_proj", c["q_lora_rank"], h, c)
+    out += linear(f"{a}.q_b_proj", heads * (nope + rope), c["q_lora_rank"], c)
+    out += linear(f"{a}.kv_a_proj_with_mqa", c["kv_lora_rank"] + rope, h, c)
+    out += linear(f"{a}.kv_b_proj", heads * (nope + v), c["kv_lora_rank"], c)
+    out += linear(f"{a}.o_proj", h, heads * v, c)
     if i < c["first_k_dense_replace"]:
-        out += mlp(f"{p}.mlp", h, c["intermediate_size"])
+        out += mlp(f"{p}.mlp", h, c["intermediate_size"], c)
         return out
     out += [
         (f"{p}.mlp.gate.weight", "BF16", [c["n_routed_experts"], h]),
         (f"{p}.mlp.gate.e_score_correction_bias", "F32", [c["n_routed_experts"]]),
     ]
     for e in range(c["n_routed_experts"]):
-        out += mlp(f"{p}.mlp.experts.{e}", h, c["moe_intermediate_size"])
-    out += mlp(f"{p}.mlp.shared_experts", h, c["moe_intermediate_size"] * c["n_shared_experts"])
+        out += mlp(f"{p}.mlp.experts.{e}", h, c["moe_intermediate_size"], c)
+    shared = c["moe_intermediate_size"] * c["n_shared_experts"]
+    out += mlp(f"{p}.mlp.shared_experts", h, shared, c)
     return out
 
 
-def mlp(p: str, h: int, inter: int) -> list[tuple[str, str, list[int]]]:
+def mlp(p: str, h: int, inter: int, c: dict) -> list[tuple[str, str, list[int]]]:
     return [
-        *fp8_linear(f"{p}.gate_proj", inter, h),
-        *fp8_linear(f"{p}.up_proj", inter, h),
-        *fp8_linear(f"{p}.down_proj", h, inter),
+        *linear(f"{p}.gate_proj", inter, h, c),
+        *linear(f"{p}.up_proj", inter, h, c),
+        *linear(f"{p}.down_proj", h, inter, c),
     ]
 
 
@@ -207,15 +232,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-model", action="store_true", help="header-only measurement only")
+    ap.add_argument("--hf-causal", action="store_true", help="also the forced dense wrapper")
     args = ap.parse_args()
     py = sys.executable
     full = OUT / "deepseek-v3"
     n, nbytes = write_layout(full, CONFIG)
-    t = side_by_side(
-        [py, "-m", "loadkit_inspect", "inspect", str(full)],
-        [py, "-c", RAW_SAFE_OPEN, str(full)],
-        args.runs,
-    )
+    t = side_by_side(inspect(full), [py, "-c", RAW_SAFE_OPEN, str(full)], args.runs)
     results = [{"case": "header-only", "shards": SHARDS, "tensors": n, "bytes": nbytes,
                 "inspect_cpu_s": round(t.a_cpu_s, 3), "safe_open_cpu_s": round(t.b_cpu_s, 3),
                 "ratio": round(t.a_cpu_s / t.b_cpu_s, 3),
@@ -223,25 +245,51 @@ def main() -> int:
                 "wall_ratio": round(t.a_s / t.b_s, 3),
                 "load_average": round(os.getloadavg()[0], 2)}]  # fmt: skip
     print(json.dumps(results[-1]), flush=True)
-    if not args.skip_model:
-        quarter = OUT / "deepseek-v3-quarter"
-        small = dict(CONFIG, num_hidden_layers=CONFIG["num_hidden_layers"] // 4)
-        n_small, _ = write_layout(quarter, small)
-        per_name = {}
-        for folder, names in ((full, n), (quarter, n_small)):
-            cmd = [py, "-m", "loadkit_inspect", "inspect", str(folder), "--model", "hf-causal"]
-            times = [_time(cmd) for _ in range(args.runs)]
-            seconds = statistics.median(w for w, _ in times)
-            cpu = statistics.median(c for _, c in times)
-            per_name[folder.name] = cpu / names
-            results.append({"case": f"--model hf-causal {folder.name}", "tensors": names,
-                            "inspect_s": round(seconds, 3), "inspect_cpu_s": round(cpu, 3),
-                            "cpu_us_per_name": round(1e6 * cpu / names, 2)})  # fmt: skip
-            print(json.dumps(results[-1]), flush=True)
-        growth = per_name[full.name] / per_name[quarter.name]
-        results.append({"case": "linearity", "per_name_full_over_quarter": round(growth, 3)})
-        print(json.dumps(results[-1]))
+    if args.skip_model:
+        return 0
+    bf16 = OUT / "deepseek-v3-bf16"
+    n_bf16, _ = write_layout(bf16, UNQUANTIZED)
+    for folder, names in ((full, n), (bf16, n_bf16)):
+        results.append(model_hf(folder, names, args.runs))
+        print(json.dumps(results[-1]), flush=True)
+    if args.hf_causal:
+        results += linearity(bf16, n_bf16, args.runs)
     return 0
+
+
+def inspect(folder: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "loadkit_inspect", "inspect", str(folder), *flags]
+
+
+def model_hf(folder: Path, names: int, runs: int) -> dict:
+    """``--model hf`` against the header-only inspect of ``folder``, alternating."""
+    t = side_by_side(inspect(folder, "--model", "hf"), inspect(folder), runs)
+    return {"case": f"--model hf {folder.name}", "tensors": names,
+            "model_hf_cpu_s": round(t.a_cpu_s, 3), "header_only_cpu_s": round(t.b_cpu_s, 3),
+            "ratio": round(t.a_cpu_s / t.b_cpu_s, 2), "model_hf_s": round(t.a_s, 3),
+            "header_only_s": round(t.b_s, 3), "wall_ratio": round(t.a_s / t.b_s, 2),
+            "load_average": round(os.getloadavg()[0], 2)}  # fmt: skip
+
+
+def linearity(full: Path, n: int, runs: int) -> list[dict]:
+    """``--model hf-causal`` at the full layout and a quarter of its layers: seconds per name."""
+    quarter = OUT / "deepseek-v3-bf16-quarter"
+    layers = UNQUANTIZED["num_hidden_layers"] // 4
+    n_small, _ = write_layout(quarter, dict(UNQUANTIZED, num_hidden_layers=layers))
+    results, per_name = [], {}
+    for folder, names in ((full, n), (quarter, n_small)):
+        times = [_time(inspect(folder, "--model", "hf-causal")) for _ in range(runs)]
+        cpu = statistics.median(c for _, c in times)
+        per_name[folder.name] = cpu / names
+        results.append({"case": f"--model hf-causal {folder.name}", "tensors": names,
+                        "inspect_s": round(statistics.median(w for w, _ in times), 3),
+                        "inspect_cpu_s": round(cpu, 3),
+                        "cpu_us_per_name": round(1e6 * cpu / names, 2)})  # fmt: skip
+        print(json.dumps(results[-1]), flush=True)
+    growth = per_name[full.name] / per_name[quarter.name]
+    results.append({"case": "linearity", "per_name_full_over_quarter": round(growth, 3)})
+    print(json.dumps(results[-1]))
+    return results
 
 
 if __name__ == "__main__":

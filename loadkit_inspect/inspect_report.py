@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from loadkit_inspect.simulate.from_pretrained import FromPretrained
     from loadkit_inspect.tensor_parallel.plan import TPReport
 
-SCHEMA_VERSION = 7  # docs/inspect.md, "The --json document", says what each version added
+SCHEMA_VERSION = 8  # docs/inspect.md, "The --json document", says what each version added
 # A checkpoint tensor as build_layout takes it (made in C: a large checkpoint has 100,000s).
 _ITEM = attrgetter("name", "nbytes", "dtype", "shape")
 
@@ -110,10 +110,10 @@ class InspectReport:
         """Would every selected loader load the checkpoint cleanly, ``--tp`` and
         ``--strict-index`` included? ``False`` exactly when ``exit_status`` is 1; ``None``
         without a model (``load.clean`` is the dry load's alone)."""
+        if self.loaders:  # vLLM's load is not simulated where its class is not modelled
+            return all(self.loaders[n].clean for n in self.selected_loaders)
         if self.load is None:
             return None
-        if self.loaders:
-            return all(self.loaders[n].clean for n in self.selected_loaders)
         tp_ok = self.tensor_parallel is None or self.tensor_parallel.ok
         return self.load.clean and not self.checkpoint.failing and not self._strict_fails and tp_ok
 
@@ -210,6 +210,9 @@ class InspectReport:
         if self.load is not None and self.model is not None:
             # With two loaders this section is vLLM's: say so (the transformers one follows).
             lines += ["", *self._load_lines(limit, "vllm loader: " if head is not None else "")]
+        elif self.model is not None and self._unchecked is not None:
+            label = self._unchecked.label
+            lines += ["", f"load  (vllm loader): not simulated ({label}: not checked)"]
         if self.from_pretrained is not None:
             verdict = (self.loaders or {}).get("transformers")
             said = verdict.phrase() if verdict is not None else None
@@ -217,6 +220,12 @@ class InspectReport:
         if self.tensor_parallel is not None:
             lines += ["", *(printable(line) for line in self.tensor_parallel.render(limit))]
         return "\n".join([*lines, "", *self._warnings(), *self._final_verdict(head)])
+
+    @property
+    def _unchecked(self) -> LoaderVerdict | None:
+        """The ``vllm`` verdict, where it was not checked (no load of vLLM's class simulated)."""
+        vllm = (self.loaders or {}).get("vllm")
+        return vllm if vllm is not None and not vllm.checked else None
 
     def _load_lines(self, limit: int, loader: str) -> list[str]:
         from loadkit_inspect.report.records import render_load  # a model's report only

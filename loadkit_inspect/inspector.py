@@ -129,9 +129,12 @@ def inspect_checkpoint(
             return InspectReport(read.summary, mapper=names.report, strict_index=strict_index)
         built = build(model, dict(model_args or {}), read, names, model_impl)
         probed = probe_prefixes(probe, read, built)
-        loaded = load(rules, read, built, names, bar)
-        traced = trace_mapper(read, built, loaded, names)
-        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
+        # vLLM would use a class loadkit does not model: no load of another class stands in.
+        loaded = None if built.vllm_unchecked else load(rules, read, built, names, bar)
+        traced = trace_mapper(read, built, loaded, names) if loaded else names.report
+        plan = None
+        if not built.vllm_unchecked:
+            plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
         fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
         renaming = suggest_rename(suggest, rules, read, built, names, verdicts, bar)
@@ -140,7 +143,7 @@ def inspect_checkpoint(
         mapper=traced,
         model=built.summary,
         probe=probed,
-        load=loaded.report,
+        load=loaded.report if loaded else None,
         tensor_parallel=plan,
         fix=fix,
         strict_index=strict_index,
@@ -198,6 +201,12 @@ class BuiltModel(NamedTuple):
     @property
     def cls(self) -> str:
         return type(self.module).__name__
+
+    @property
+    def vllm_unchecked(self) -> str | None:
+        """Why the ``vllm`` column is not checked (vLLM would use a class loadkit does not
+        model), or ``None``."""
+        return getattr(self.module, "vllm_unmodelled", None)
 
 
 class LoaderVerdicts(NamedTuple):
@@ -424,7 +433,7 @@ def judge_loaders(
     rules: LoadRules,
     read: CheckpointRead,
     built: BuiltModel,
-    loaded: DryLoad,
+    loaded: DryLoad | None,
     plan: TPReport | None = None,
 ) -> LoaderVerdicts:
     """``vllm``'s verdict from the dry load (and ``plan``: what it makes of ``--tp``), and for a
@@ -446,9 +455,10 @@ def judge_loaders(
     selected = select_loaders(loader, available, unchecked=side.unmodelled)
     strict = strict_index
     files = _vllm_choice(read)
+    report = loaded.report if loaded else None
     verdicts = {
         VLLM: vllm_verdict(
-            loaded.report, read.summary, tp=plan, strict_index=strict, side=side, files=files
+            report, read.summary, tp=plan, strict_index=strict, side=side, files=files
         )
     }
     from_pretrained = None
@@ -495,7 +505,7 @@ def suggest_fixes(
     rules: LoadRules,
     read: CheckpointRead,
     built: BuiltModel,
-    loaded: DryLoad,
+    loaded: DryLoad | None,
     names: NameMapping,
     verdicts: LoaderVerdicts,
     progress: Progress,
@@ -505,8 +515,10 @@ def suggest_fixes(
     fix names the other loaders judged, which its mapper rules do not apply to. A dry load that
     stopped early (too many failing names) offers none: the tensors it never reached are not
     missing, and rules inferred from them would be guesses."""
+    if loaded is None or not suggest:  # no vLLM load simulated: nothing to fix for it
+        return None, None
     report = loaded.report
-    if not suggest or report.clean or not report.complete or not loaded.auto_loader_at_root:
+    if report.clean or not report.complete or not loaded.auto_loader_at_root:
         return None, None
     from loadkit_inspect.fixes.fix import NotOffered, suggest_fix
     from loadkit_inspect.simulate import dry_load
@@ -592,8 +604,9 @@ def _renamed_verdicts(
     infos = [i._replace(name=renamed[i.name]) for i in read.infos]
     summary = read.summary._replace(tensors=infos, problems=[])
     again = CheckpointRead(read.checkpoint, summary)
-    loaded = load(rules, again, built, names, progress)
-    vllm = vllm_verdict(loaded.report, summary, side=vllm_side(built.module, loaded))
+    loaded = None if built.vllm_unchecked else load(rules, again, built, names, progress)
+    report = loaded.report if loaded else None
+    vllm = vllm_verdict(report, summary, side=vllm_side(built.module, loaded))
     fp = from_pretrained_verdict(hf_config(built.module), infos).under(rules)
     tf = transformers_verdict(fp, summary)
     return {"transformers": tf, "vllm": vllm}, tf.clean and vllm.clean

@@ -177,7 +177,7 @@ def _strict(checkpoint: CheckpointSummary, strict_index: bool) -> list[str]:
 
 
 def vllm_verdict(
-    load: LoadReport,
+    load: LoadReport | None,
     checkpoint: CheckpointSummary,
     *,
     tp: TPReport | None = None,
@@ -190,7 +190,8 @@ def vllm_verdict(
     refuses an architecture before anything else, checks ``tp`` before it builds the model and
     the index before it loads a weight: what raises first is all it says. With
     ``side.tracked``, tensors vLLM does not check are no failure of their own: the load goes
-    through and leaves them uninitialised (``quiet``)."""
+    through and leaves them uninitialised (``quiet``). ``load`` is ``None`` only where
+    ``side.unmodelled`` says why no load was simulated."""
     side = side or VllmSide()
     if side.unmodelled is not None:
         return side.verdict(False, [side.unmodelled], checked=False)
@@ -203,6 +204,7 @@ def vllm_verdict(
         raised = [f"raises {files.raises.text()}"]
     if problems or raised:
         return side.verdict(False, problems + raised)
+    assert load is not None, "a vLLM verdict needs the simulated load"
     problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
     quiet = _quiet(load, side.tracked)
     if not problems and quiet and load.clean_but_missing:
@@ -294,6 +296,11 @@ def transformers_problems(result: FromPretrained) -> list[str]:
         ]
     if error is not None:
         return [error.text()]
+    if result.quantized is not None:
+        return [
+            f"it would load through its {result.quantized!r} quantizer (the config's "
+            "quantization_config), which loadkit does not model"
+        ]
     if result.outcome == "unknown" and result.files is not None:
         return [f"it reads {', '.join(result.files.files)}, a PyTorch pickle loadkit does not read"]
     out = []
@@ -369,6 +376,6 @@ def vllm_side(module: Any, loaded: Any) -> VllmSide:
     choice = getattr(module, "vllm_class", None)
     if choice is None:
         return VllmSide()
-    tracked = loaded.tracked if choice.native else None
+    tracked = loaded.tracked if choice.native and loaded is not None else None
     unmodelled = getattr(module, "vllm_unmodelled", None)
     return VllmSide(choice.via, choice.version, choice.refusal, unmodelled, tracked)

@@ -46,7 +46,7 @@ FATE_WORDS: dict[str, str] = {
     Status.SKIPPED: "skipped by a skip rule",
     Status.IGNORED: "ignored by an ignore rule",
     Status.MAPPER_DROPPED: "dropped by the mapper",
-    NOT_CHECKED: "not checked (no model)",
+    NOT_CHECKED: "not checked: no load simulated",
     Status.UNEXPECTED: "unexpected: the model has no such name",
     Status.SHAPE_MISMATCH: "shape mismatch",
     Status.LOAD_ERROR: "load error",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from repo_paths import DATA
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -102,6 +103,28 @@ def quiet_transformers():
     from hf_cases import quiet_transformers
 
     quiet_transformers()
+
+
+@pytest.fixture(scope="session")
+def plamo2_broken(tmp_path_factory):
+    """data/plamo2/untied.safetensors with notebook 04's three export mistakes (a tensor dropped,
+    one of the wrong shape, a renamed norm), written here: the notebook's own copy exists only
+    once it has run."""
+    import torch
+    from safetensors.torch import save_file
+
+    from loadkit import open_checkpoint
+
+    out = {}
+    for name, tensor in open_checkpoint(DATA / "plamo2" / "untied.safetensors").weights():
+        if name == "model.layers.layers.1.mlp.down_proj.weight":
+            continue
+        if name == "model.norm.weight":
+            tensor = torch.zeros(65)
+        out[name.replace(".post_mlp_norm.", ".post_ffn_norm.")] = tensor.clone()
+    path = tmp_path_factory.mktemp("debug") / "plamo2-broken.safetensors"
+    save_file(out, path)
+    return path
 
 
 @pytest.fixture(scope="session")

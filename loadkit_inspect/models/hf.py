@@ -123,7 +123,7 @@ def build_from_source(
     if choice.native and unmodelled is None:
         model = _native(config, choice, source.path, device)
     else:
-        model = _backend_wrapper(config, source, choice, device)
+        model = _backend_wrapper(config, source, choice, device, unmodelled is not None)
     # Plain attributes for the report (the model's own code never reads them).
     for name, value in (
         ("vllm_class", choice),
@@ -204,13 +204,13 @@ def _quantized(config: PretrainedConfig, choice: VllmClass) -> str | None:
     """Why the vllm column is not checked for a quantized checkpoint (``quantization_config``
     in its config.json, as DeepSeek-V3's FP8 one has), or ``None``: vLLM builds its layers with
     the quantization's parameters (``weight_scale_inv``...), which loadkit does not model."""
-    quant = getattr(config, "quantization_config", None)
-    if choice.name is None or not quant:
+    from loadkit_inspect.simulate.from_pretrained import quant_method
+
+    method = quant_method(config)
+    if choice.name is None or method is None:
         return None
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
-    method = method or getattr(quant, "quant_method", None) or "unnamed"
     return (
-        f"vLLM 0.34.0 would build {choice.name} quantized ({str(method)!r} from the config's "
+        f"vLLM 0.34.0 would build {choice.name} quantized ({method!r} from the config's "
         "quantization_config), whose quantized layers loadkit does not re-implement"
     )
 
@@ -238,10 +238,11 @@ def _native(config: PretrainedConfig, choice: VllmClass, path: str, device: str)
 
 
 def _backend_wrapper(
-    config: PretrainedConfig, source: HFSource, choice: VllmClass, device: str
+    config: PretrainedConfig, source: HFSource, choice: VllmClass, device: str, unmodelled: bool
 ) -> nn.Module:
-    """The Transformers backend's wrapper: the one vLLM uses, or the plain one of the same task
-    standing in for a class loadkit does not model."""
+    """The Transformers backend's wrapper: the one vLLM uses, the plain one of the same task
+    standing in for a refused architecture, or (``unmodelled``) one built in place of a class
+    loadkit does not model, for the report's model section only (no vLLM load is simulated)."""
     from loadkit.models.transformers import WRAPPERS, one_line
     from loadkit_inspect.models.vllm import backend_class
 
@@ -261,9 +262,15 @@ def _backend_wrapper(
             f"{source.path}: transformers cannot build the {config.model_type!r} model: "
             f"{one_line(exc)}"
         ) from exc
-    model.wrapper_reason = (
-        choice.why
-        if choice.name == wrapper.__name__
-        else (f"standing in for {choice.name or 'the refused architecture'}: {task}")
-    )
+    if choice.name == wrapper.__name__:
+        model.wrapper_reason = choice.why
+    elif unmodelled:
+        model.wrapper_reason = (
+            f"built in place of {choice.name}, not modelled: no vLLM load simulated"
+        )
+    else:
+        model.wrapper_reason = (
+            f"standing in for {choice.name or 'the refused architecture'}: {task}"
+        )
+
     return model

@@ -88,6 +88,7 @@ class FromPretrained(NamedTuple):
     raised: Raised | None = None  # what it raises before loading (files, class, config)
     files: FileChoice | None = None  # the files it reads (None: not a folder)
     shapes: dict[str, tuple[int, ...]] = {}  # noqa: RUF012 (missing tensor -> its model shape)
+    quantized: str | None = None  # the config's quant_method: a quantizer, not simulated
 
     def under(self, rules: LoadRules) -> FromPretrained:
         """The lists with the user's load rules applied, as transformers applies a class's own
@@ -119,7 +120,10 @@ class FromPretrained(NamedTuple):
         """``from_pretrained``'s outcome: ``loads`` (cleanly, no load report), ``warns`` (it
         returns the model and logs a load report: MISSING tensors newly initialised at random,
         UNEXPECTED keys unused, MISMATCH reinitialised under ``ignore_mismatched_sizes``),
-        ``raises``, or ``unknown`` (it reads a PyTorch pickle, which loadkit does not read)."""
+        ``raises``, or ``unknown`` (it reads a PyTorch pickle, which loadkit does not read, or
+        loads through a quantizer, which loadkit does not model)."""
+        if self.quantized is not None:
+            return UNKNOWN
         if self.raised is not None or self.errors:
             return RAISES
         if self.mismatched and not self.ignore_mismatched_sizes:
@@ -193,6 +197,7 @@ class FromPretrained(NamedTuple):
             "allowed": list(self.allowed),
             "ignored": list(self.ignored),
             "files": self.files.as_dict() if self.files else None,
+            "quantized": self.quantized,
         }
 
     def render(self, limit: int, verdict: str | None = None) -> list[str]:
@@ -201,8 +206,9 @@ class FromPretrained(NamedTuple):
         has one), the files it reads, and its load report's lists, each capped at ``limit``
         rows."""
         said = verdict or f"transformers {self.transformers_version}: outcome {self.outcome}"
+        how = "" if self.quantized else ", simulated on the meta device"
         lines = [
-            f"transformers  {self.cls}.from_pretrained, simulated on the meta device",
+            f"transformers  {self.cls}.from_pretrained{how}",
             f"  {printable(said)}",
             *self._file_lines(),
         ]
@@ -214,6 +220,8 @@ class FromPretrained(NamedTuple):
                 "  (before it loads a tensor; the lists below are what it would report once it "
                 "reads the folder's readable weights)"
             )
+        if self.quantized is not None:
+            return [*lines, "  not simulated: the quantizer decides which keys fill what"]
         return lines + self._list_lines(limit)
 
     def _file_lines(self) -> list[str]:
@@ -358,6 +366,10 @@ def from_pretrained_verdict(
         klass = loading_class(config, cls)
     except ModelSpecError as exc:  # transformers.<name> is an AttributeError
         return refused(cls or "?", "AttributeError", str(exc))
+    method = quant_method(config)
+    if method is not None:  # its quantizer replaces layers and takes the scales: not modelled
+        empty = FromPretrained(klass.__name__, (), (), (), (), ignore_mismatched_sizes, {}, "")
+        return empty._replace(transformers_version=transformers.__version__, quantized=method)
     config = copy.deepcopy(config)  # from_pretrained copies it too
     dtype = torch.float32  # the dtype changes casts, never which key goes where
     with _quiet_transformers():
@@ -387,6 +399,21 @@ def from_pretrained_verdict(
         shapes = {m: tuple(expected[m].shape) for m in info.missing_keys if m in expected}
     verdict = _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
     return verdict._replace(shapes=shapes)
+
+
+def quant_method(config: Any) -> str | None:
+    """The ``quant_method`` of ``config``'s ``quantization_config`` (``"unnamed"`` where it
+    names none), or ``None`` for an unquantized config.
+
+    >>> from types import SimpleNamespace as C
+    >>> quant_method(C(quantization_config={"quant_method": "fp8"})), quant_method(C())
+    ('fp8', None)
+    """
+    quant = getattr(config, "quantization_config", None)
+    if not quant:
+        return None
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return str(method or getattr(quant, "quant_method", None) or "unnamed")
 
 
 def _verdict(

@@ -317,6 +317,8 @@ def _verdict(report: InspectReport) -> str:
         return "header only (no model)"
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
         each = ", ".join(f"{v.label}: {_said(v)}" for v in report.loaders.values())
+        if report.load is None:  # vLLM's class is not modelled: no load to colour
+            return f"{each} (colours: no vLLM load simulated)"
         return f"{report.model.cls}, {each} (colours: the load into {report.model.cls})"
     said = "loads cleanly" if report.clean else "would NOT load"
     return f"{_label(report)}{said} into {report.model.cls}"
@@ -474,8 +476,10 @@ def probe_table(report: InspectReport) -> str:
 def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
     """Unexpected and missing names (with the nearest names), shape and dtype mismatches."""
     load = report.load
-    if load is None:
+    if load is None and report.model is None:
         return "mismatches: needs a model"
+    if load is None:  # vLLM's class is not modelled: the verdicts say why
+        return _verdict_line(report)
     parts = []
 
     def add(title: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -511,14 +515,21 @@ def mismatch_tables(report: InspectReport, limit: int = 12) -> str:
             for g in load.cast_groups()
         ],
     )
+    parts.append(_verdict_line(report))
+    return "\n".join(parts)
+
+
+def _verdict_line(report: InspectReport) -> str:
+    """The verdict, as the command's last line says it (``--model hf``: each loader's, the one
+    not checked included)."""
     said = "loads cleanly" if report.clean else "would NOT load: " + "; ".join(report.problems())
     verdict = _label(report) + said
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
         from loadkit_inspect.loaders import headline
 
-        verdict = headline([report.loaders[n] for n in report.selected_loaders])
-    parts.append(wrap(f"verdict: {verdict} (exit {report.exit_status})"))
-    return "\n".join(parts)
+        loaders = report.loaders.items()
+        verdict = headline([v for n, v in loaders if n in report.selected_loaders or not v.checked])
+    return wrap(f"verdict: {verdict} (exit {report.exit_status})")
 
 
 def _blocks(report: InspectReport, limit: int = 20) -> dict[str, str]:

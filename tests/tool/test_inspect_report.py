@@ -23,10 +23,8 @@ def test_a_header_only_report_is_the_checkpoint_its_layout_and_the_verdict():
                              "names were not matched (exit 0)"]  # fmt: skip
 
 
-def test_the_fix_comes_first_and_the_verdict_last_under_one_loader():
-    report = inspect_checkpoint(
-        DATA / "big" / "debug" / "plamo2-broken.safetensors", model="plamo2"
-    )
+def test_the_fix_comes_first_and_the_verdict_last_under_one_loader(plamo2_broken):
+    report = inspect_checkpoint(plamo2_broken, model="plamo2")
     assert heads(report)[:5] == ["suggested fix", "checkpoint", "layout", "model", "load"]
     last = report.render().splitlines()[-1]
     assert last.startswith(f"verdict: vllm {VLLM_VERSION}: would NOT load: 2 unexpected;")
@@ -35,8 +33,8 @@ def test_the_fix_comes_first_and_the_verdict_last_under_one_loader():
     assert "  unexpected names (2): 2 explained by the suggested fix, above" in report.render()
 
 
-def test_two_loaders_put_their_headline_first_and_name_each_section():
-    report = inspect_checkpoint(DATA / "big" / "debug" / "tiny-llama", model="hf")
+def test_two_loaders_put_their_headline_first_and_name_each_section(hf_clean):
+    report = inspect_checkpoint(hf_clean("llama"), model="hf")
     lines = report.render().splitlines()
     phrases = [report.loaders[n].phrase() for n in report.selected_loaders]
     assert len(phrases) == 2 and all("would load cleanly" in p for p in phrases)

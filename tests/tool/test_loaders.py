@@ -181,6 +181,9 @@ def test_a_class_vllm_adapts_is_not_checked(hf_clean):
         "vllm 0.34.0, native LlamaForCausalLM as classify (pooling adapter)"
     )
     assert report.exit_status == 0
+    # no load of another class stands in for vLLM's
+    assert report.load is None and report.fix is None and report.clean
+    assert "load  (vllm loader): not simulated (vllm 0.34.0, native " in report.render()
     first = " ".join(line.strip() for line in report.render().split("\n\n")[0].splitlines())
     assert first.startswith(f"{TRANSFORMERS}: would load cleanly vllm 0.34.0, native ")
     assert "not checked (vLLM 0.34.0 would serve LlamaForSequenceClassification" in first

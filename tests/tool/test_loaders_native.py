@@ -139,12 +139,28 @@ def test_a_quantized_checkpoint_is_not_checked(native_clean, tmp_path):
     config = read_config(clean)
     config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     folder = write_variant(clean, Variant(read_tensors(clean), config), tmp_path)
-    verdict = inspect_checkpoint(folder, model="hf").loaders["vllm"]
+    report = inspect_checkpoint(folder, model="hf")
+    verdict = report.loaders["vllm"]
     assert not verdict.checked and not verdict.clean
     assert verdict.problems == [
         "vLLM 0.34.0 would build DeepseekV3ForCausalLM quantized ('fp8' from the config's "
         "quantization_config), whose quantized layers loadkit does not re-implement"
     ]
+    # transformers' quantizer takes the scales and swaps the layers: not judged either, and
+    # neither load stands in (no unquantized load claims 'missing' or 'unused' here)
+    fp = report.from_pretrained
+    assert fp.quantized == "fp8" and fp.outcome == "unknown" and not fp.unexpected
+    assert (
+        report.loaders["transformers"]
+        .phrase()
+        .startswith(
+            f"transformers {version('transformers')}: not judged (it would load through its 'fp8' "
+        )
+    )
+    assert report.load is None and report.exit_status == 1
+    text = report.render()
+    assert "load  (vllm loader): not simulated (vllm 0.34.0, native DeepseekV3ForCausalLM: " in text
+    assert "unexpected names" not in text and "UNEXPECTED" not in text
 
 
 def test_a_load_stopped_early_names_no_tensor_it_never_reached(native_clean, tmp_path):

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
 
 def test_report_names_the_transformers_class_and_rule_origins(hf_clean):
-    report = inspect_checkpoint(hf_clean("gpt2"), model="hf")
+    # vLLM 0.34.0 serves GPT-2 with its native class: the Transformers backend, asked for
+    report = inspect_checkpoint(hf_clean("gpt2"), model="hf", model_impl="transformers")
     backend = report.model.backend
     assert backend["wrapper"] == "TransformersForCausalLM"
     assert backend["transformers_class"] == "GPT2Model"

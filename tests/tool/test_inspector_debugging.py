@@ -59,7 +59,7 @@ def test_a_prefix_mismatch_gets_one_rule_printed_first_and_proven(tmp_path):
     again = inspect_checkpoint(f, model=Encoder, mapper=json.dumps(r.fix.mapper))
     assert again.clean is True and again.fix is None
     doc = json.loads(r.to_json())
-    assert doc["schema"] == 7 and doc["suggested_fix"]["clean"] is True
+    assert doc["schema"] == 8 and doc["suggested_fix"]["clean"] is True
     assert doc["suggested_fix"]["rules"][0]["explains"] == 33
 
 

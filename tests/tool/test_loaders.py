@@ -104,7 +104,7 @@ def test_gpt_neox_loads_in_vllm_0_34_0_as_transformers_saves_it(hf_clean):
 def test_json_has_both_columns(hf_clean, capsys):
     assert main(["inspect", str(hf_clean("bart")), "--model", "hf", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 7 and doc["selected_loaders"] == ["transformers", "vllm"]
+    assert doc["schema"] == 8 and doc["selected_loaders"] == ["transformers", "vllm"]
     assert doc["loaders"]["transformers"] == {
         "loader": "transformers",
         "version": version("transformers"),

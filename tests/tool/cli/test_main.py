@@ -180,7 +180,7 @@ def test_header_only_report_and_json(tmp_path, loadkit_cli):
     assert "layers.{0-1}" in out and " 2 layers x 12 tensors " in out
     assert "verdict: headers valid" in out
     doc = json.loads(loadkit_cli("inspect", f, "--json").stdout)
-    assert doc["schema"] == 7 and doc["exit_status"] == 0 and doc["clean"] is None
+    assert doc["schema"] == 8 and doc["exit_status"] == 0 and doc["clean"] is None
     assert doc["loaders"] is None and doc["transformers"] is None
     assert doc["checkpoint"]["tensor_count"] == 27
     assert doc["checkpoint"]["tensors"][0]["name"] == "model.embed_tokens.weight"

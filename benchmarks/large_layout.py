@@ -25,7 +25,8 @@ Measured side by side in one run, alternating, median of ``--runs``:
    simulated; the process reads the config, builds a stand-in on meta and reports. So the same
    comparison runs on the layout as an unquantized (BF16) export would ship it (no scales, no
    ``quantization_config``, 46,183 tensors): there ``--model hf`` simulates both loads, vLLM's
-   native ``DeepseekV3ForCausalLM`` over every name and ``from_pretrained``.
+   native ``DeepseekV3ForCausalLM`` over every name and ``from_pretrained`` (transformers' own
+   loading code), and ``--loader vllm`` the first alone.
 3. with ``--hf-causal``: ``--model hf-causal`` (the Transformers backend's dense wrapper, forced)
    on the unquantized config, at the full layout and at a quarter of the layers, to see whether
    the build and the dry load grow linearly in the names (target: seconds per name about equal
@@ -249,8 +250,8 @@ def main() -> int:
         return 0
     bf16 = OUT / "deepseek-v3-bf16"
     n_bf16, _ = write_layout(bf16, UNQUANTIZED)
-    for folder, names in ((full, n), (bf16, n_bf16)):
-        results.append(model_hf(folder, names, args.runs))
+    for folder, names, loader in ((full, n, "all"), (bf16, n_bf16, "all"), (bf16, n_bf16, "vllm")):
+        results.append(model_hf(folder, names, args.runs, loader))
         print(json.dumps(results[-1]), flush=True)
     if args.hf_causal:
         results += linearity(bf16, n_bf16, args.runs)
@@ -261,10 +262,12 @@ def inspect(folder: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", "loadkit_inspect", "inspect", str(folder), *flags]
 
 
-def model_hf(folder: Path, names: int, runs: int) -> dict:
-    """``--model hf`` against the header-only inspect of ``folder``, alternating."""
-    t = side_by_side(inspect(folder, "--model", "hf"), inspect(folder), runs)
-    return {"case": f"--model hf {folder.name}", "tensors": names,
+def model_hf(folder: Path, names: int, runs: int, loader: str = "all") -> dict:
+    """``--model hf --loader LOADER`` against the header-only inspect of ``folder``,
+    alternating (``vllm``: the dry load alone, without ``from_pretrained``'s)."""
+    flags = ("--model", "hf", "--loader", loader)
+    t = side_by_side(inspect(folder, *flags), inspect(folder), runs)
+    return {"case": f"--model hf --loader {loader} {folder.name}", "tensors": names,
             "model_hf_cpu_s": round(t.a_cpu_s, 3), "header_only_cpu_s": round(t.b_cpu_s, 3),
             "ratio": round(t.a_cpu_s / t.b_cpu_s, 2), "model_hf_s": round(t.a_s, 3),
             "header_only_s": round(t.b_s, 3), "wall_ratio": round(t.a_s / t.b_s, 2),

@@ -25,7 +25,8 @@ raises. This module is torch-free: the records and the text only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError
@@ -75,6 +76,7 @@ class LoaderVerdict(NamedTuple):
     checked: bool = True
     quiet: bool = False
     outcome: str = ""
+    notes: tuple[str, ...] = ()  # what the loader does by design, said beside a clean verdict
 
     @property
     def label(self) -> str:
@@ -88,7 +90,8 @@ class LoaderVerdict(NamedTuple):
         if not self.checked:
             return f"{self.label}: not checked ({said})"
         if self.clean:
-            return f"{self.label}: would load cleanly"
+            noted = f" ({'; '.join(self.notes)})" if self.notes else ""
+            return f"{self.label}: would load cleanly{noted}"
         if self.quiet:
             return f"{self.label}: would load WITHOUT AN ERROR but {' and '.join(self.problems)}"
         if self.outcome == "loads":  # loadkit's own rule fails it (--strict-index)
@@ -110,7 +113,9 @@ class LoaderVerdict(NamedTuple):
             "problems": list(self.problems),
         }
         if self.via is not None:  # --model hf: the class, and what kind of verdict it is
-            out.update(label=self.label, checked=self.checked, quiet=self.quiet)
+            out.update(
+                label=self.label, checked=self.checked, quiet=self.quiet, notes=[*self.notes]
+            )
         return out
 
 
@@ -126,11 +131,20 @@ class VllmSide(NamedTuple):
     refusal: str | None = None
     unmodelled: str | None = None
     tracked: Tracked | None = None
+    passed_over: Callable[[str], str | None] | None = None  # keys set aside by design, and why
 
     def verdict(
-        self, clean: bool, problems: list[str], *, checked: bool = True, quiet: bool = False
+        self,
+        clean: bool,
+        problems: list[str],
+        *,
+        checked: bool = True,
+        quiet: bool = False,
+        notes: tuple[str, ...] = (),
     ) -> LoaderVerdict:
-        return LoaderVerdict(VLLM, clean, problems, self.version, self.via, checked, quiet)
+        return LoaderVerdict(
+            VLLM, clean, problems, self.version, self.via, checked, quiet, notes=notes
+        )
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -206,24 +220,44 @@ def vllm_verdict(
         return side.verdict(False, problems + raised)
     assert load is not None, "a vLLM verdict needs the simulated load"
     problems = _strict(checkpoint, strict_index) + _load_problems(load, side.tracked)
-    quiet = _quiet(load, side.tracked)
+    set_aside = _by_design(load, side)
+    quiet = _quiet(load, side.tracked, set(set_aside))
     if not problems and quiet and load.clean_but_missing:
         return side.verdict(False, quiet, quiet=True)
     if quiet:
         problems.append(f"besides, it would {' and '.join(quiet)}")
     clean = load.clean_but_missing and not problems
-    return side.verdict(clean, [] if clean else problems or ["the load fails"])
+    notes = _design_notes(set_aside) if clean else ()
+    return side.verdict(clean, [] if clean else problems or ["the load fails"], notes=notes)
 
 
-def _quiet(load: LoadReport, tracked: Tracked | None) -> list[str]:
+def _by_design(load: LoadReport, side: VllmSide) -> dict[str, str]:
+    """The keys the model's own ``load_weights`` took and passed over by design, and why
+    (``side.passed_over``: DeepSeek's multi-token-prediction layers)."""
+    if side.passed_over is None:
+        return {}
+    taken = (k.name for k in load.keys if k.status == Status.DELEGATED)
+    return {k: why for k in taken if (why := side.passed_over(k)) is not None}
+
+
+def _design_notes(set_aside: dict[str, str]) -> tuple[str, ...]:
+    """``788 keys set aside: the multi-token-prediction layer 61 (...)``, one per reason."""
+    counts = Counter(set_aside.values())
+    return tuple(f"{plural(n, 'key')} set aside: {why}" for why, n in counts.items())
+
+
+def _quiet(load: LoadReport, tracked: Tracked | None, by_design: set[str]) -> list[str]:
     """What a load vLLM does not check would do without a word (``tracked``: vLLM's native
     classes): leave tensors uninitialised, and drop keys its own ``load_weights`` took and
-    loaded nowhere (gpt-oss passes a name it does not have over)."""
+    loaded nowhere (gpt-oss passes a name it does not have over), those it sets aside
+    ``by_design`` apart."""
     if tracked is None or not load.complete:  # stopped early: most tensors never reached
         return []
     allowed = {m.name for m in load.missing if m.allowed is not None}
     left = [q for q in tracked.quiet if q not in allowed]
-    dropped = [k.name for k in load.keys if k.status == Status.DELEGATED]
+    dropped = [
+        k.name for k in load.keys if k.status == Status.DELEGATED and k.name not in by_design
+    ]
     out = []
     if left:
         them = "it" if len(left) == 1 else "them"
@@ -378,4 +412,8 @@ def vllm_side(module: Any, loaded: Any) -> VllmSide:
         return VllmSide()
     tracked = loaded.tracked if choice.native and loaded is not None else None
     unmodelled = getattr(module, "vllm_unmodelled", None)
-    return VllmSide(choice.via, choice.version, choice.refusal, unmodelled, tracked)
+    passed_over = getattr(module, "passed_over", None)  # a native class that sets keys aside
+    return VllmSide(
+        choice.via, choice.version, choice.refusal, unmodelled, tracked,
+        passed_over if callable(passed_over) else None,
+    )  # fmt: skip

@@ -401,7 +401,6 @@ UNTESTED_LIBRARY_MODULES = {
     "loadkit.models.plamo2.skips",
     "loadkit.models.transformers.config",
     "loadkit.parallel.checks",
-    "loadkit.parallel.fused_moe",
     "loadkit.parallel.holdings",
     "loadkit.parallel.param_loaders",
     "loadkit.parallel.quant",

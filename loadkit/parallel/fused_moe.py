@@ -168,6 +168,53 @@ def index_expert_mapping(mapping: ExpertMapping) -> dict[str, ExpertMapping]:
     return by_expert
 
 
+class ExpertLookup:
+    """The entries of an expert mapping whose checkpoint name a key contains, in the mapping's
+    order: exactly what a hand-written loader's ``if weight_name not in name: continue`` leaves
+    (vLLM's DeepSeek loop), found without trying all of them (768 at 256 experts, for every key).
+
+    Every checkpoint name starts with the names' common prefix (``experts.``): a name occurs in
+    a key only where that prefix does, as the key's slice of the name's length there. Without a
+    common prefix each key tries every entry, as upstream does.
+
+    >>> lookup = ExpertLookup(build_expert_params_mapping("gate_proj", "down_proj", "up_proj", 12))
+    >>> [e[1:] for e in lookup.matching("mlp.experts.1.up_proj.weight")]
+    [('experts.1.up_proj.', 1, 'w3')]
+    >>> lookup.matching("mlp.shared_experts.gate_proj.weight")
+    []
+    """
+
+    def __init__(self, mapping: ExpertMapping) -> None:
+        self.mapping = mapping
+        names = [weight_name for _, weight_name, _, _ in mapping]
+        self.anchor = _common_prefix(names)
+        self.lengths = sorted({len(n) for n in names})
+        self.where: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            self.where.setdefault(n, []).append(i)
+
+    def matching(self, key: str) -> ExpertMapping:
+        if not self.anchor:
+            return [entry for entry in self.mapping if entry[1] in key]
+        hits: set[int] = set()
+        at = key.find(self.anchor)
+        while at >= 0:
+            for n in self.lengths:
+                hits.update(self.where.get(key[at : at + n], ()))
+            at = key.find(self.anchor, at + 1)
+        return [self.mapping[i] for i in sorted(hits)]
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The longest string every name starts with (``""`` for none)."""
+    if not names:
+        return ""
+    first, last = min(names), max(names)  # the sorted extremes differ first where any two do
+    pairs = enumerate(zip(first, last, strict=False))  # zip stops at the shorter
+    n = next((i for i, (a, b) in pairs if a != b), min(len(first), len(last)))
+    return first[:n]
+
+
 class RoutedExperts(nn.Module):
     """Every expert of one layer in ``w13_weight`` and ``w2_weight`` (and biases), with vLLM's
     expert-aware ``weight_loader`` and ``load_weights``."""

@@ -204,8 +204,6 @@ def _quantized(config: PretrainedConfig, choice: VllmClass) -> str | None:
     """Why the vllm column is not checked for a quantized checkpoint (``quantization_config``
     in its config.json, as DeepSeek-V3's FP8 one has), or ``None``: vLLM builds its layers with
     the quantization's parameters (``weight_scale_inv``...), which loadkit does not model."""
-    from loadkit_inspect.simulate.from_pretrained import quant_method
-
     method = quant_method(config)
     if choice.name is None or method is None:
         return None
@@ -213,6 +211,21 @@ def _quantized(config: PretrainedConfig, choice: VllmClass) -> str | None:
         f"vLLM 0.34.0 would build {choice.name} quantized ({method!r} from the config's "
         "quantization_config), whose quantized layers loadkit does not re-implement"
     )
+
+
+def quant_method(config: Any) -> str | None:
+    """The ``quant_method`` of ``config``'s ``quantization_config`` (``"unnamed"`` where it
+    names none), or ``None`` for an unquantized config.
+
+    >>> from types import SimpleNamespace as C
+    >>> quant_method(C(quantization_config={"quant_method": "fp8"})), quant_method(C())
+    ('fp8', None)
+    """
+    quant = getattr(config, "quantization_config", None)
+    if not quant:
+        return None
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return str(method or getattr(quant, "quant_method", None) or "unnamed")
 
 
 def _native(config: PretrainedConfig, choice: VllmClass, path: str, device: str) -> nn.Module:

@@ -366,6 +366,8 @@ def from_pretrained_verdict(
         klass = loading_class(config, cls)
     except ModelSpecError as exc:  # transformers.<name> is an AttributeError
         return refused(cls or "?", "AttributeError", str(exc))
+    from loadkit_inspect.models.hf import quant_method
+
     method = quant_method(config)
     if method is not None:  # its quantizer replaces layers and takes the scales: not modelled
         empty = FromPretrained(klass.__name__, (), (), (), (), ignore_mismatched_sizes, {}, "")
@@ -399,21 +401,6 @@ def from_pretrained_verdict(
         shapes = {m: tuple(expected[m].shape) for m in info.missing_keys if m in expected}
     verdict = _verdict(klass.__name__, info, ignore_mismatched_sizes, renamed)
     return verdict._replace(shapes=shapes)
-
-
-def quant_method(config: Any) -> str | None:
-    """The ``quant_method`` of ``config``'s ``quantization_config`` (``"unnamed"`` where it
-    names none), or ``None`` for an unquantized config.
-
-    >>> from types import SimpleNamespace as C
-    >>> quant_method(C(quantization_config={"quant_method": "fp8"})), quant_method(C())
-    ('fp8', None)
-    """
-    quant = getattr(config, "quantization_config", None)
-    if not quant:
-        return None
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
-    return str(method or getattr(quant, "quant_method", None) or "unnamed")
 
 
 def _verdict(

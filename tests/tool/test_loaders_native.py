@@ -183,3 +183,28 @@ def test_a_load_stopped_early_names_no_tensor_it_never_reached(native_clean, tmp
     # tensors the load never reached are neither missing nor left uninitialised
     assert "missing" not in words and "uninitialised" not in words
     assert report.fix is None and report.not_offered is None  # no rule inferred from them
+
+
+def test_deepseeks_multi_token_prediction_layer_is_set_aside_by_design(native_clean, tmp_path):
+    """DeepSeek-V3 ships layer 61, its multi-token-prediction module, beside the 61 decoder
+    layers: vLLM's load_weights passes it over (a speculative-decoding draft loads it), which is
+    no silent loss. A key the loader drops for no such reason stays a finding."""
+    from native_cases import Variant, read_config, read_tensors, write_variant
+
+    clean = native_clean("deepseek-v3")
+    config = read_config(clean)
+    config["num_nextn_predict_layers"] = 1
+    t = read_tensors(clean)
+    mtp = {
+        k.replace("layers.1.", "layers.2."): v.clone() for k, v in t.items() if ".layers.1." in k
+    }
+    folder = write_variant(clean, Variant({**t, **mtp}, config), tmp_path / "mtp")
+    report = inspect_checkpoint(folder, model="hf", loader="vllm")
+    verdict = report.loaders["vllm"]
+    assert verdict.clean and report.exit_status == 0
+    assert verdict.notes == (
+        f"{len(mtp)} keys set aside: the multi-token-prediction layer 2 (vLLM loads it only "
+        "into a speculative-decoding draft)",
+    )
+    assert verdict.phrase().endswith(f"would load cleanly ({verdict.notes[0]})")
+    assert report.as_dict()["loaders"]["vllm"]["notes"] == list(verdict.notes)

@@ -53,7 +53,7 @@ from loadkit.models.native.common import (
     setting,
 )
 from loadkit.models.native.llama import LlamaMLP
-from loadkit.parallel.fused_moe import FusedMoE, make_expert_params_mapping
+from loadkit.parallel.fused_moe import ExpertLookup, FusedMoE, make_expert_params_mapping
 from loadkit.parallel.linear import (
     ColumnParallelLinear,
     MergedColumnParallelLinear,
@@ -231,8 +231,10 @@ class DeepseekV2Model(nn.Module):
         """Upstream's loop: each key to a stacked parameter, an expert slice, or itself."""
         attention = MHA_STACKED if self.use_mha else MLA_STACKED
         stacked = [*STACKED, *INDEXER_STACKED, *attention]
-        experts = make_expert_params_mapping(
-            self, "gate_proj", "down_proj", "up_proj", num_experts=self.config.n_routed_experts
+        experts = ExpertLookup(
+            make_expert_params_mapping(
+                self, "gate_proj", "down_proj", "up_proj", num_experts=self.config.n_routed_experts
+            )
         )
         params = dict(named_parameters(self))
         loaded: set[str] = set()
@@ -280,16 +282,15 @@ def _load_stacked(
 def _load_expert_or_plain(
     name: str,
     weight: torch.Tensor,
-    experts: list[tuple[str, str, int, str]],
+    experts: ExpertLookup,
     params: dict[str, nn.Parameter],
     model: nn.Module,
 ) -> str:
-    """An expert's slice through the expert mapping, else the key into its own parameter (a
-    ``KeyError`` when the model has none); ``""`` when upstream passes it over."""
+    """An expert's slice through the expert mapping (upstream's loop over every entry, skipping
+    those whose name the key lacks: ``experts.matching``), else the key into its own parameter
+    (a ``KeyError`` when the model has none); ``""`` when upstream passes it over."""
     is_expert = False
-    for param_name, weight_name, expert_id, shard_id in experts:
-        if weight_name not in name:
-            continue
+    for param_name, weight_name, expert_id, shard_id in experts.matching(name):
         is_expert = True
         mapped = name.replace(weight_name, param_name)
         if is_pp_missing_parameter(mapped, model):
@@ -328,6 +329,28 @@ class DeepseekV2ForCausalLM(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return AutoWeightsLoader(self).load_weights(weights)
+
+    def passed_over(self, key: str) -> str | None:
+        """Why upstream's ``load_weights`` passes ``key`` over by design, or ``None``: the
+        multi-token-prediction layers, which vLLM loads only into a speculative-decoding draft
+        model (DeepSeek-V3's ``model.layers.61.*``).
+
+        >>> from transformers import DeepseekV3Config
+        >>> with torch.device("meta"):
+        ...     m = DeepseekV3ForCausalLM(DeepseekV3Config(num_hidden_layers=1, n_routed_experts=2,
+        ...         num_nextn_predict_layers=1, hidden_size=64, intermediate_size=64,
+        ...         moe_intermediate_size=16, vocab_size=32, num_attention_heads=2,
+        ...         q_lora_rank=16, kv_lora_rank=16))
+        >>> m.passed_over("model.layers.1.enorm.weight")[:36], m.passed_over("model.norm.weight")
+        ('the multi-token-prediction layer 1 ', None)
+        """
+        layer = spec_layer_index(self.config, key)
+        if layer is None:
+            return None
+        return (
+            f"the multi-token-prediction layer {layer} (vLLM loads it only into a "
+            "speculative-decoding draft)"
+        )
 
 
 class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):

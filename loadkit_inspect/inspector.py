@@ -131,10 +131,8 @@ def inspect_checkpoint(
         probed = probe_prefixes(probe, read, built)
         # vLLM would use a class loadkit does not model: no load of another class stands in.
         loaded = None if built.vllm_unchecked else load(rules, read, built, names, bar)
-        traced = trace_mapper(read, built, loaded, names) if loaded else names.report
-        plan = None
-        if not built.vllm_unchecked:
-            plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl)
+        traced = names.report if loaded is None else trace_mapper(read, built, loaded, names)
+        plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl, built)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
         fix, not_offered = suggest_fixes(suggest, rules, read, built, loaded, names, verdicts, bar)
         renaming = suggest_rename(suggest, rules, read, built, names, verdicts, bar)
@@ -143,7 +141,7 @@ def inspect_checkpoint(
         mapper=traced,
         model=built.summary,
         probe=probed,
-        load=loaded.report if loaded else None,
+        load=None if loaded is None else loaded.report,
         tensor_parallel=plan,
         fix=fix,
         strict_index=strict_index,
@@ -323,8 +321,9 @@ def probe_prefixes(
     probe: bool | None, read: CheckpointRead, built: BuiltModel
 ) -> dict[str, ProbeRecord] | None:
     """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for (``probe``), or
-    (``probe`` ``None``) a pooling model."""
-    if not (probe or (probe is None and built.summary.pooling)):
+    (``probe`` ``None``) a pooling model; none where vLLM's class is not modelled (its pooling
+    adapter would probe another model)."""
+    if not (probe or (probe is None and built.summary.pooling)) or built.vllm_unchecked:
         return None
     from loadkit.pooling import predict_probe
 
@@ -405,14 +404,20 @@ def plan_tensor_parallel(
     model_args: Mapping[str, Any],
     read: CheckpointRead,
     model_impl: str = "auto",
+    built: BuiltModel | None = None,
 ) -> TPReport | None:
-    """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work."""
+    """Each of ``tp`` ranks simulated on ``meta``: what it would hold, and what cannot work;
+    where vLLM's class is not modelled (``built``), its config alone, checked as vLLM checks it
+    before it builds anything."""
     if tp is None:
         return None
     from torch import nn
 
     from loadkit_inspect.models.registry import build_model
-    from loadkit_inspect.tensor_parallel.plan import tp_report
+    from loadkit_inspect.tensor_parallel.plan import config_report, tp_report
+
+    if built is not None and built.vllm_unchecked:
+        return config_report(built.module, tp, "vLLM's class is not modelled")
 
     ck = read.checkpoint
     if isinstance(model, nn.Module):
@@ -452,10 +457,11 @@ def judge_loaders(
 
     available = available_loaders(built.module)
     side = vllm_side(built.module, loaded)
-    selected = select_loaders(loader, available, unchecked=side.unmodelled)
+    refused = plan is not None and plan.refusal is not None  # vLLM's config check: any class
+    selected = select_loaders(loader, available, unchecked=None if refused else side.unmodelled)
     strict = strict_index
     files = _vllm_choice(read)
-    report = loaded.report if loaded else None
+    report = None if loaded is None else loaded.report
     verdicts = {
         VLLM: vllm_verdict(
             report, read.summary, tp=plan, strict_index=strict, side=side, files=files
@@ -605,8 +611,9 @@ def _renamed_verdicts(
     summary = read.summary._replace(tensors=infos, problems=[])
     again = CheckpointRead(read.checkpoint, summary)
     loaded = None if built.vllm_unchecked else load(rules, again, built, names, progress)
-    report = loaded.report if loaded else None
+    report = None if loaded is None else loaded.report
     vllm = vllm_verdict(report, summary, side=vllm_side(built.module, loaded))
     fp = from_pretrained_verdict(hf_config(built.module), infos).under(rules)
     tf = transformers_verdict(fp, summary)
-    return {"transformers": tf, "vllm": vllm}, tf.clean and vllm.clean
+    # a column not checked (vLLM's class not modelled) decides nothing, here as in the report
+    return {"transformers": tf, "vllm": vllm}, tf.clean and (vllm.clean or not vllm.checked)

@@ -207,7 +207,8 @@ def vllm_verdict(
     through and leaves them uninitialised (``quiet``). ``load`` is ``None`` only where
     ``side.unmodelled`` says why no load was simulated."""
     side = side or VllmSide()
-    if side.unmodelled is not None:
+    refused_tp = tp is not None and tp.refusal is not None  # checked before any class is built
+    if side.unmodelled is not None and not refused_tp:
         return side.verdict(False, [side.unmodelled], checked=False)
     if side.refusal is not None:
         return side.verdict(False, [f"vLLM refuses it: {side.refusal}"])

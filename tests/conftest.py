@@ -107,24 +107,14 @@ def quiet_transformers():
 
 @pytest.fixture(scope="session")
 def plamo2_broken(tmp_path_factory):
-    """data/plamo2/untied.safetensors with notebook 04's three export mistakes (a tensor dropped,
-    one of the wrong shape, a renamed norm), written here: the notebook's own copy exists only
-    once it has run."""
-    import torch
-    from safetensors.torch import save_file
+    """data/plamo2/untied.safetensors with notebook 04's three export mistakes, written by the
+    notebook's own ``broken_copy`` into a temporary folder: the notebook's copy under data/big/
+    exists only once it has run."""
+    from notebook_code import notebook_namespace
 
-    from loadkit import open_checkpoint
-
-    out = {}
-    for name, tensor in open_checkpoint(DATA / "plamo2" / "untied.safetensors").weights():
-        if name == "model.layers.layers.1.mlp.down_proj.weight":
-            continue
-        if name == "model.norm.weight":
-            tensor = torch.zeros(65)
-        out[name.replace(".post_mlp_norm.", ".post_ffn_norm.")] = tensor.clone()
+    broken_copy = notebook_namespace("04_debug_your_checkpoint.ipynb")["broken_copy"]
     path = tmp_path_factory.mktemp("debug") / "plamo2-broken.safetensors"
-    save_file(out, path)
-    return path
+    return Path(broken_copy(str(DATA / "plamo2" / "untied.safetensors"), str(path)))
 
 
 @pytest.fixture(scope="session")

@@ -194,6 +194,8 @@ class ExpertLookup:
             self.where.setdefault(n, []).append(i)
 
     def matching(self, key: str) -> ExpertMapping:
+        """The entries whose checkpoint name ``key`` contains, in the mapping's order (the
+        class's example)."""
         if not self.anchor:
             return [entry for entry in self.mapping if entry[1] in key]
         hits: set[int] = set()

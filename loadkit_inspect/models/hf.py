@@ -119,7 +119,7 @@ def build_from_source(
     else:
         choice = resolve(config, model_impl)
         _known_somewhere(choice, source.path)
-    unmodelled = _unmodelled(choice) or _quantized(config, choice)
+    unmodelled = _quantized(config, choice) or _unmodelled(choice)
     if choice.native and unmodelled is None:
         model = _native(config, choice, source.path, device)
     else:
@@ -279,7 +279,8 @@ def _backend_wrapper(
         model.wrapper_reason = choice.why
     elif unmodelled:
         model.wrapper_reason = (
-            f"built in place of {choice.name}, not modelled: no vLLM load simulated"
+            f"built in place of {choice.name} (the vllm column is not checked): no vLLM load "
+            "simulated"
         )
     else:
         model.wrapper_reason = (

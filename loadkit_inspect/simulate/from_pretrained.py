@@ -122,10 +122,10 @@ class FromPretrained(NamedTuple):
         UNEXPECTED keys unused, MISMATCH reinitialised under ``ignore_mismatched_sizes``),
         ``raises``, or ``unknown`` (it reads a PyTorch pickle, which loadkit does not read, or
         loads through a quantizer, which loadkit does not model)."""
-        if self.quantized is not None:
-            return UNKNOWN
         if self.raised is not None or self.errors:
             return RAISES
+        if self.quantized is not None:
+            return UNKNOWN
         if self.mismatched and not self.ignore_mismatched_sizes:
             return RAISES
         if self.files is not None and self.files.pickle:
@@ -215,7 +215,7 @@ class FromPretrained(NamedTuple):
         error = self.error
         if error is not None:
             lines.append(f"  raises {printable(error.error)}: {printable(error.message)}")
-        if self.raised is not None:
+        if self.raised is not None and self.quantized is None:
             lines.append(
                 "  (before it loads a tensor; the lists below are what it would report once it "
                 "reads the folder's readable weights)"
@@ -350,29 +350,39 @@ def from_pretrained_verdict(
         >>> v.clean, "pooler.dense.bias" in v.missing, v.unexpected, v.renamed
         (False, False, (), {'bert.pooler.dense.bias': 'pooler.dense.bias'})
     """
-    import transformers
-    from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.modeling_utils import LoadStateDictConfig
-    from transformers.utils.generic import ContextManagers
-
-    def refused(name: str, error: str, why: str) -> FromPretrained:
-        # from_pretrained itself would stop here: the verdict says why, for this loader only.
-        return FromPretrained(
-            name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
-            raised=Raised(error, why),
-        )  # fmt: skip
+    from loadkit_inspect.models.hf import quant_method
 
     try:
         klass = loading_class(config, cls)
     except ModelSpecError as exc:  # transformers.<name> is an AttributeError
-        return refused(cls or "?", "AttributeError", str(exc))
-    from loadkit_inspect.models.hf import quant_method
-
+        return _refused(cls or "?", "AttributeError", str(exc), ignore_mismatched_sizes)
     method = quant_method(config)
     if method is not None:  # its quantizer replaces layers and takes the scales: not modelled
-        empty = FromPretrained(klass.__name__, (), (), (), (), ignore_mismatched_sizes, {}, "")
-        return empty._replace(transformers_version=transformers.__version__, quantized=method)
-    config = copy.deepcopy(config)  # from_pretrained copies it too
+        empty = _refused(klass.__name__, "", "", ignore_mismatched_sizes)
+        return empty._replace(raised=None, quantized=method)
+    return _simulated(klass, copy.deepcopy(config), infos, ignore_mismatched_sizes)
+
+
+def _refused(name: str, error: str, why: str, ignore_mismatched_sizes: bool) -> FromPretrained:
+    """``from_pretrained`` stopping before it loads a tensor: the verdict says why, for this
+    loader only."""
+    import transformers
+
+    return FromPretrained(
+        name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
+        raised=Raised(error, why),
+    )  # fmt: skip
+
+
+def _simulated(
+    klass: Any, config: PretrainedConfig, infos: Sequence[TensorInfo], ignore_mismatched_sizes: bool
+) -> FromPretrained:
+    """``klass`` built on meta from ``config`` (a copy: ``from_pretrained`` copies it too) and
+    transformers' own loading functions run on meta tensors of the checkpoint's shapes."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.modeling_utils import LoadStateDictConfig
+    from transformers.utils.generic import ContextManagers
+
     dtype = torch.float32  # the dtype changes casts, never which key goes where
     with _quiet_transformers():
         try:
@@ -382,7 +392,7 @@ def from_pretrained_verdict(
             from loadkit.models.transformers import one_line
 
             why = f"{klass.__name__}(config) fails: {one_line(exc)}"
-            return refused(klass.__name__, type(exc).__name__, why)
+            return _refused(klass.__name__, type(exc).__name__, why, ignore_mismatched_sizes)
         conversions = get_model_conversion_mapping(model)
         load_config = LoadStateDictConfig(
             ignore_mismatched_sizes=ignore_mismatched_sizes,

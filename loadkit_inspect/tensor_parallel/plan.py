@@ -37,8 +37,9 @@ class TPReport:
 
     tp: int
     findings: list[TPFindingRecord] = field(default_factory=list)
-    # False: the model has no tensor-parallel layers; only its config was checked, as vLLM does
+    # False: only the config was checked, as vLLM does (``not_simulated`` says why)
     simulated: bool = True
+    not_simulated: str = "the model has no tensor-parallel layers"
     ranks: list[RankShare] = field(default_factory=list)
     entries: list[RowMapEntry] = field(default_factory=list)
 
@@ -94,10 +95,11 @@ class TPReport:
         if self.simulated:
             lines = [f"tensor parallel  tp={self.tp} (each rank simulated on the meta device)"]
         else:
-            lines = [
-                f"tensor parallel  tp={self.tp} (the model has no tensor-parallel layers: no "
-                "rank was simulated; its config checked as vLLM checks it)"
-            ]
+            head = (
+                f"tensor parallel  tp={self.tp} ({self.not_simulated}: no rank was simulated; "
+                "its config checked as vLLM checks it)"
+            )
+            lines = wrap(head, hang=17).split("\n")
         for f in self.findings:  # wrapped: reports are read in terminals and notebooks
             lines += wrap(f"  {f.severity:<5} {f.subject}: {f.message}", hang=6).split("\n")
         if not self.ranks:
@@ -160,6 +162,15 @@ def config_findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
             )
         out.append(TPFindingRecord(f.severity, f.subject, message))
     return out
+
+
+def config_report(model: nn.Module, tp: int, why: str) -> TPReport:
+    """What vLLM checks of ``model``'s config for ``tp`` before it builds anything, no rank
+    simulated (``why``: a model whose ranks cannot stand for vLLM's)."""
+    findings = config_findings(model, tp) if tp >= 1 else None
+    if tp < 1:
+        findings = [TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}")]
+    return TPReport(tp, findings or [], simulated=False, not_simulated=why)
 
 
 def tp_report(

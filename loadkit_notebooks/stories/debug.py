@@ -333,9 +333,8 @@ def _said(verdict: LoaderVerdict) -> str:
     if verdict.quiet:  # vLLM's most dangerous outcome: no error, tensors left unfilled
         return "loads WITHOUT AN ERROR, tensors left unfilled"
     # transformers' own outcomes: it returns the model with warnings, or raises
-    return {"warns": "loads with warnings", "raises": "raises"}.get(
-        verdict.outcome, "would NOT load"
-    )
+    words = {"warns": "loads with warnings", "raises": "raises", "unknown": "not judged"}
+    return words.get(verdict.outcome, "would NOT load")
 
 
 def _label(report: InspectReport) -> str:

@@ -208,3 +208,12 @@ def test_deepseeks_multi_token_prediction_layer_is_set_aside_by_design(native_cl
     )
     assert verdict.phrase().endswith(f"would load cleanly ({verdict.notes[0]})")
     assert report.as_dict()["loaders"]["vllm"]["notes"] == list(verdict.notes)
+    # an indexer key (DeepSeek-V3.2's, which loadkit does not build) is dropped for no such reason
+    stray = {"model.layers.0.self_attn.indexer.wk.weight": torch.zeros(4, 16)}
+    dropped = write_variant(clean, Variant({**t, **mtp, **stray}, config), tmp_path / "stray")
+    verdict = inspect_checkpoint(dropped, model="hf", loader="vllm").loaders["vllm"]
+    assert verdict.quiet and not verdict.clean and not verdict.notes
+    assert verdict.problems == [
+        "ignore 1 checkpoint key (taken by the model's own load_weights and loaded nowhere): "
+        "model.layers.0.self_attn.indexer.wk.weight"
+    ]

@@ -242,3 +242,14 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert "model.h.0.attn.c_attn.bias" in debug.mismatch_tables(backend)
     panel.model.value = "hf-nonsense"
     assert panel.summary().startswith("error: --model 'hf-nonsense'")
+
+
+def test_each_loaders_verdict_in_a_few_words():
+    from loadkit_inspect.loaders import LoaderVerdict
+
+    def said(**kw):
+        return debug._said(LoaderVerdict("transformers", False, ["why"], "5", **kw))
+
+    assert said(outcome="unknown") == "not judged"  # a quantizer loadkit does not model
+    assert said(outcome="raises") == "raises" and said(outcome="warns") == "loads with warnings"
+    assert said(checked=False) == "not checked" and said() == "would NOT load"

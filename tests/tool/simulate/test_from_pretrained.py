@@ -161,3 +161,13 @@ def test_folder_layouts_against_both_loaders(arch, layout, hf_clean, tmp_path):
         assert vllm.clean == row["expected_vllm"].clean, text
     # the exit status is every column's, and --json says the same
     assert report.exit_status == (0 if vllm.clean and verdict.clean else 1)
+
+
+def test_what_from_pretrained_raises_before_loading_outranks_a_quantizer_not_modelled():
+    from loadkit_inspect.simulate.from_pretrained import FromPretrained, Raised
+
+    fp = FromPretrained("M", (), (), (), (), False, {}, "5", quantized="fp8")
+    assert fp.outcome == "unknown" and not fp.clean
+    missing = fp._replace(raised=Raised("FileNotFoundError", "no model-00002 shard"))
+    assert missing.outcome == "raises"
+    assert "not simulated" in missing.render(20)[-1] and "lists below" not in missing.render(20)[-2]

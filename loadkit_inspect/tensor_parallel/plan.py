@@ -72,6 +72,7 @@ class TPReport:
             "tp": self.tp,
             "ok": self.ok,
             "simulated": self.simulated,
+            "not_simulated": None if self.simulated else self.not_simulated,
             "findings": [vars(f) for f in self.findings],
             "ranks": [
                 {

@@ -139,6 +139,9 @@ def test_tp_4_replicates_the_kv_heads_and_says_no_rank_was_simulated(llama_4_hea
         "checked; no rank simulated) (exit 0)"
     )
     assert r.as_dict()["tensor_parallel"]["simulated"] is False
+    assert (
+        r.as_dict()["tensor_parallel"]["not_simulated"] == "the model has no tensor-parallel layers"
+    )
 
 
 class Plain(nn.Module):

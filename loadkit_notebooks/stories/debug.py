@@ -452,6 +452,8 @@ def treemap_data(fig: Any, top: int = 12) -> str:
 
 def probe_table(report: InspectReport) -> str:
     """The pooling probe under old and new, side by side."""
+    if report.probe is None and report.model is not None and report.load is None:
+        return "pooling probe: not run (the vllm column is not checked)"
     if report.probe is None:
         return "pooling probe: needs a model"
     rows = []

@@ -223,6 +223,9 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     from loadkit_notebooks.fates import FATE_COLOURS, LEFT_OUT, NOT_CHECKED
 
     assert set(debug.key_fates(panel.report).values()) == {NOT_CHECKED}
+    assert debug.probe_table(panel.report) == (
+        "pooling probe: not run (the vllm column is not checked)"
+    )
     summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())  # folded at 100
     assert summary.startswith(f"{tf}: would load cleanly | {native} (vLLM 0.34.0 would use its")
     assert summary.endswith("(exit 0)")  # the one loader checked decides

@@ -417,7 +417,7 @@ def plan_tensor_parallel(
     from loadkit_inspect.tensor_parallel.plan import config_report, tp_report
 
     if built is not None and built.vllm_unchecked:
-        return config_report(built.module, tp, "vLLM's class is not modelled")
+        return config_report(built.module, tp, "the vllm column is not checked")
 
     ck = read.checkpoint
     if isinstance(model, nn.Module):

@@ -358,8 +358,12 @@ def from_pretrained_verdict(
         return _refused(cls or "?", "AttributeError", str(exc), ignore_mismatched_sizes)
     method = quant_method(config)
     if method is not None:  # its quantizer replaces layers and takes the scales: not modelled
-        empty = _refused(klass.__name__, "", "", ignore_mismatched_sizes)
-        return empty._replace(raised=None, quantized=method)
+        import transformers
+
+        return FromPretrained(
+            klass.__name__, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
+            quantized=method,
+        )  # fmt: skip
     return _simulated(klass, copy.deepcopy(config), infos, ignore_mismatched_sizes)
 
 

@@ -229,7 +229,7 @@ def test_a_class_not_modelled_gets_no_stand_in_probe_or_ranks_only_its_configs_t
     split = inspect_checkpoint(gpt2, model="hf", tp=2)
     assert not split.tensor_parallel.simulated and not split.tensor_parallel.ranks
     assert not split.loaders["vllm"].checked and split.exit_status == 0
-    assert "tp=2 (vLLM's class is not modelled: no rank was simulated" in split.render()
+    assert "tp=2 (the vllm column is not checked: no rank was simulated" in split.render()
     refused = inspect_checkpoint(gpt2, model="hf", tp=3)
     vllm = refused.loaders["vllm"]
     assert vllm.checked and not vllm.clean and refused.exit_status == 1

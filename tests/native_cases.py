@@ -69,6 +69,20 @@ ARCHS: dict[str, NativeArch] = {
         ),
         NativeArch("mistral", "MistralForCausalLM", _cfg("MistralConfig", **DENSE, head_dim=4)),
         NativeArch("qwen2", "Qwen2ForCausalLM", _cfg("Qwen2Config", **DENSE)),
+        NativeArch(
+            "gpt2",
+            "GPT2LMHeadModel",
+            _cfg(
+                "GPT2Config",
+                n_embd=16,
+                n_layer=2,
+                n_head=4,
+                vocab_size=64,
+                n_positions=64,
+                bos_token_id=0,
+                eos_token_id=0,
+            ),
+        ),
         NativeArch("qwen3", "Qwen3ForCausalLM", _cfg("Qwen3Config", **DENSE, head_dim=8)),
         NativeArch(
             "gemma2",
@@ -285,20 +299,21 @@ def _first(t: dict[str, torch.Tensor], pattern: str) -> str | None:
 
 
 def m_prefix_renamed(arch, t, config):
-    """Every ``model.`` key saved under another prefix (an export's wrapper)."""
-    renamed = {("transformer." + k[6:] if k.startswith("model.") else k): v for k, v in t.items()}
-    return Variant(renamed)
+    """Every ``model.`` key saved under another prefix (an export's wrapper); GPT-2's
+    ``transformer.`` keys under ``model.``."""
+    old, new = ("transformer.", "model.") if arch.name == "gpt2" else ("model.", "transformer.")
+    return Variant({(new + k[len(old) :] if k.startswith(old) else k): v for k, v in t.items()})
 
 
 def m_norm_dropped(arch, t, config):
     """The final norm missing: vLLM checks it (no ``quant_method``) and refuses the load."""
-    key = _first(t, r"(^|\.)norm\.weight$")
+    key = _first(t, r"(^|\.)(norm|ln_f)\.weight$")
     return None if key is None else Variant({k: v for k, v in t.items() if k != key})
 
 
 def m_linear_dropped(arch, t, config):
     """A linear layer's weight missing (layer 1's down projection): vLLM counts it as loaded."""
-    key = _first(t, r"layers\.1\.mlp\.down_proj\.weight$")
+    key = _first(t, r"(layers|h)\.1\.mlp\.(down_proj|c_proj)\.weight$")
     return None if key is None else Variant({k: v for k, v in t.items() if k != key})
 
 
@@ -311,13 +326,15 @@ def m_shard_dropped(arch, t, config):
 
 def m_transposed(arch, t, config):
     """A projection saved transposed (layer 0's up projection, or its fused gate_up)."""
-    key = _first(t, r"layers\.0\.mlp\.(up_proj|gate_up_proj)\.weight$")
+    key = _first(t, r"(layers|h)\.0\.mlp\.(up_proj|gate_up_proj|c_fc)\.weight$")
     return None if key is None else Variant({**t, key: t[key].t()})
 
 
 def m_extra_head(arch, t, config):
     """A second head the model has no place for (a value head of an RL export)."""
-    hidden = config.get("hidden_size") or config["text_config"]["hidden_size"]
+    hidden = (
+        config.get("hidden_size") or config.get("n_embd") or config["text_config"]["hidden_size"]
+    )
     return Variant({**t, "v_head.weight": torch.zeros(1, hidden)})
 
 
@@ -330,7 +347,7 @@ def m_tied_flipped(arch, t, config):
     if "text_config" in config:
         flipped["text_config"] = {**text, "tie_word_embeddings": not tied}
     if tied:
-        embed = t[_first(t, r"embed_tokens\.weight$") or ""]
+        embed = t[_first(t, r"(embed_tokens|wte)\.weight$") or ""]
         return Variant({**t, "lm_head.weight": embed.clone()}, flipped)
     return Variant({k: v for k, v in t.items() if k != "lm_head.weight"}, flipped)
 
@@ -344,7 +361,7 @@ def m_layers_shifted(arch, t, config):
     """Every layer saved one number up (``layers.0`` as ``layers.1``...): an off-by-one export."""
 
     def shift(k: str) -> str:
-        return re.sub(r"\.layers\.(\d+)\.", lambda m: f".layers.{int(m[1]) + 1}.", k)
+        return re.sub(r"\.(layers|h)\.(\d+)\.", lambda m: f".{m[1]}.{int(m[2]) + 1}.", k)
 
     return Variant({shift(k): v for k, v in t.items()})
 

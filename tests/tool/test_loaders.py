@@ -220,17 +220,18 @@ def test_what_from_pretrained_initialises_at_random_is_named_not_called_a_failur
 
 
 def test_a_class_not_modelled_gets_no_stand_in_probe_or_ranks_only_its_configs_tp_check(hf_clean):
-    """GPT-2 is served by vLLM 0.34.0's native GPT2LMHeadModel, which loadkit does not model:
-    no pooling probe or rank of another model answers for it, but vLLM's check of the config
-    for --tp comes before any class is built, so a split it refuses is refused here too."""
-    gpt2 = hf_clean("gpt2")  # 2 attention heads
-    probed = inspect_checkpoint(gpt2, model="hf", probe=True)
+    """OPT is served by vLLM 0.34.0's native OPTForCausalLM, which loadkit does not model: no
+    pooling probe or rank of another model answers for it, but vLLM's check of the config for
+    --tp comes before any class is built, so a split it refuses is refused here too."""
+    opt = hf_clean("opt")  # 2 attention heads
+    probed = inspect_checkpoint(opt, model="hf", probe=True)
     assert probed.probe is None and probed.load is None
-    split = inspect_checkpoint(gpt2, model="hf", tp=2)
+    assert probed.loaders["vllm"].label == "vllm 0.34.0, native OPTForCausalLM"
+    split = inspect_checkpoint(opt, model="hf", tp=2)
     assert not split.tensor_parallel.simulated and not split.tensor_parallel.ranks
     assert not split.loaders["vllm"].checked and split.exit_status == 0
     assert "tp=2 (the vllm column is not checked: no rank was simulated" in split.render()
-    refused = inspect_checkpoint(gpt2, model="hf", tp=3)
+    refused = inspect_checkpoint(opt, model="hf", tp=3)
     vllm = refused.loaders["vllm"]
     assert vllm.checked and not vllm.clean and refused.exit_status == 1
     assert vllm.problems[0].startswith("tp=3 refused: Total number of attention heads (2) must")

@@ -96,7 +96,7 @@ SOURCES_BY_VERSION: dict[str, tuple[str, ...]] = {
             f"vllm/model_executor/models/{name}.py"
             for name in (
                 "llama", "phi3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "mixtral",
-                "qwen2_moe", "qwen3_moe", "deepseek_v2", "gpt_oss", "qwen2_5_vl",
+                "qwen2_moe", "qwen3_moe", "deepseek_v2", "gpt_oss", "qwen2_5_vl", "gpt2",
             )
         ),
         "vllm/model_executor/layers/fused_moe/routed_experts.py",

@@ -123,6 +123,10 @@ COUNTERPARTS: dict[str, Counterpart] = {
     "Qwen3ForCausalLM": Counterpart(
         f"{MODELS}/qwen3.py", "Qwen3ForCausalLM", ("hf_to_vllm_mapper", "load_weights")
     ),
+    "GPT2Model": Counterpart(
+        f"{MODELS}/gpt2.py", "GPT2Model", ("hf_to_vllm_mapper", "load_weights", "_transpose_conv1d")
+    ),
+    "GPT2LMHeadModel": Counterpart(f"{MODELS}/gpt2.py", "GPT2LMHeadModel", ("load_weights",)),
     "Gemma2ForCausalLM": Counterpart(
         f"{MODELS}/gemma2.py", "Gemma2ForCausalLM", ("hf_to_vllm_mapper", "load_weights")
     ),

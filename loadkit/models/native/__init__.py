@@ -33,6 +33,7 @@ CLASSES: dict[str, str] = {
     "MistralForCausalLM": "loadkit.models.native.mistral:MistralForCausalLM",
     "Qwen2ForCausalLM": "loadkit.models.native.qwen2:Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "loadkit.models.native.qwen2:Qwen3ForCausalLM",
+    "GPT2LMHeadModel": "loadkit.models.native.gpt2:GPT2LMHeadModel",
     "Gemma2ForCausalLM": "loadkit.models.native.gemma:Gemma2ForCausalLM",
     "Gemma3ForCausalLM": "loadkit.models.native.gemma:Gemma3ForCausalLM",
     "DeepseekV2ForCausalLM": "loadkit.models.native.deepseek:DeepseekV2ForCausalLM",

@@ -213,22 +213,21 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     panel = debug.DebugPanel(nb04("inspect"), folder, debug.HEADER_ONLY)
     assert panel.report.model is None
     panel.model.value = "hf"  # typed, not picked: the field takes any spec
-    assert panel.error is None and panel.report.model.cls == "TransformersForCausalLM"
-    # vLLM 0.34.0 serves GPT-2 with a native class loadkit does not re-implement: said so, and
-    # no load of another class colours the picture
+    # vLLM 0.34.0 serves GPT-2 with its native class: its mapper drops the mask buffers
+    # (".attn.bias", with a dot), not c_attn.bias; the colours are that load's
+    assert panel.error is None and panel.report.model.cls == "GPT2LMHeadModel"
     tf, vllm = f"transformers {version('transformers')}", f"vllm {VLLM_VERSION}"
-    native = f"{vllm}, native GPT2LMHeadModel: not checked"
-    verdict = f"{tf}: loads cleanly, {native} (colours: no vLLM load simulated)"
+    native = f"{vllm}, native GPT2LMHeadModel: loads cleanly"
+    verdict = f"{tf}: loads cleanly, {native} (colours: the load into GPT2LMHeadModel)"
     assert verdict in panel.figure.layout.annotations[0].text
     from loadkit_notebooks.fates import FATE_COLOURS, LEFT_OUT, NOT_CHECKED
 
-    assert set(debug.key_fates(panel.report).values()) == {NOT_CHECKED}
-    assert debug.probe_table(panel.report) == (
-        "pooling probe: not run (the vllm column is not checked)"
-    )
+    assert set(debug.key_fates(panel.report).values()) == {"loaded"}
     summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())  # folded at 100
-    assert summary.startswith(f"{tf}: would load cleanly | {native} (vLLM 0.34.0 would use its")
-    assert summary.endswith("(exit 0)")  # the one loader checked decides
+    assert (
+        summary
+        == f"{tf}: would load cleanly | {vllm}, native GPT2LMHeadModel: would load cleanly (exit 0)"
+    )
     # the Transformers backend, asked for: vLLM's pitfall on GPT-2, the biases a rule set aside
     from loadkit_inspect import inspect_checkpoint
 
@@ -245,6 +244,24 @@ def test_a_hugging_face_checkpoint_in_the_panel(in_notebooks, tmp_path):
     assert "model.h.0.attn.c_attn.bias" in debug.mismatch_tables(backend)
     panel.model.value = "hf-nonsense"
     assert panel.summary().startswith("error: --model 'hf-nonsense'")
+    # OPT: served by vLLM 0.34.0's native OPTForCausalLM, which loadkit does not re-implement:
+    # said so, and no load of another class colours the picture
+    opt = {"hidden_size": 16, "ffn_dim": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "vocab_size": 64, "max_position_embeddings": 32, "word_embed_proj_dim": 16}  # fmt: skip
+    panel.path.value = nb04("tiny_hf_checkpoint")(
+        str(tmp_path / "opt"), "OPTForCausalLM", "OPTConfig", **opt
+    )
+    panel.model.value = "hf"
+    unchecked = f"{vllm}, native OPTForCausalLM: not checked"
+    verdict = f"{tf}: loads cleanly, {unchecked} (colours: no vLLM load simulated)"
+    assert verdict in panel.figure.layout.annotations[0].text
+    assert set(debug.key_fates(panel.report).values()) == {NOT_CHECKED}
+    assert debug.probe_table(panel.report) == (
+        "pooling probe: not run (the vllm column is not checked)"
+    )
+    summary = " ".join(panel.summary().split("\nverdict: ")[-1].split())
+    assert summary.startswith(f"{tf}: would load cleanly | {unchecked} (vLLM 0.34.0 would use its")
+    assert summary.endswith("(exit 0)")  # the one loader checked decides
 
 
 def test_each_loaders_verdict_in_a_few_words():

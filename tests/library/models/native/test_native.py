@@ -39,6 +39,12 @@ def qwen2_5_vl_expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
     return expected(hf, t)
 
 
+def gpt2_expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
+    """GPT-2: transformers' ``Conv1D`` weights stored ``[in, out]``, vLLM's ``[out, in]``."""
+    conv1d = name.endswith(".weight") and any(p in name for p in ("c_attn", "c_proj", "c_fc"))
+    return t[name].t() if conv1d else t[name]
+
+
 def expected(name: str, t: dict[str, torch.Tensor]) -> torch.Tensor:
     """The checkpoint tensor(s) a vLLM parameter holds, in vLLM's packing order: q, k, v;
     gate, up; per expert gate over up (``w13``) and down (``w2``)."""
@@ -79,12 +85,19 @@ def test_a_real_load_puts_every_checkpoint_tensor_where_vllm_puts_it(arch, nativ
         p.data.fill_(float("nan"))  # what no load reaches stays NaN
     loaded = model.load_weights(t.items())
     assert track_weights_loading(model, loaded) == ([], [])
-    wanted = {"gpt-oss": gpt_oss_expected, "qwen2.5-vl": qwen2_5_vl_expected}.get(arch, expected)
+    special = {
+        "gpt-oss": gpt_oss_expected,
+        "qwen2.5-vl": qwen2_5_vl_expected,
+        "gpt2": gpt2_expected,
+    }
+    wanted = special.get(arch, expected)
     for name, param in model.named_parameters():
         assert not param.isnan().any(), name
         assert torch.equal(param, wanted(name, t)), name
     if config.tie_word_embeddings and hasattr(model, "lm_head"):  # Gemma 2 has none
-        assert model.lm_head.weight is model.model.embed_tokens.weight
+        body = getattr(model, "model", None)
+        embedding = body.embed_tokens if body is not None else model.transformer.wte  # GPT-2
+        assert model.lm_head.weight is embedding.weight
 
 
 def test_every_native_architecture_has_a_case():

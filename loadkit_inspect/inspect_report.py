@@ -265,8 +265,10 @@ class InspectReport:
         loads disagree: one loader's load is clean, the other's is not (a refusal of ``--tp`` or
         of the index is said where it is found, not there)."""
         both = {"vllm", "transformers"} <= set(self.selected_loaders)
-        tf = (self.loaders or {}).get("transformers")
-        if not both or tf is None or self.load is None or tf.clean == self.load.clean:
+        tf, vllm = ((self.loaders or {}).get(n) for n in ("transformers", "vllm"))
+        if not both or tf is None or vllm is None or self.load is None:
+            return []
+        if tf.clean == vllm.clean or tf.clean == self.load.clean:  # both fail, or both load
             return []
         return FIDELITY_POINTER
 

@@ -565,6 +565,8 @@ def suggest_rename(
     source = read.summary.source
     if not suggest or fp is None or fp.clean or source is None or source.kind == "url":
         return None
+    if read.summary.failing:  # a tensor no loader can read: nothing whole to rewrite
+        return None
     from loadkit_inspect.fixes.rename_fix import (
         LAYOUT,
         NAMES,

@@ -8,7 +8,9 @@ transformers: the registry checks a spec with it before anything heavy is loaded
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadkit.errors import LoadkitError, ModelSpecError
@@ -108,8 +110,13 @@ def build_from_source(
     Transformers backend's wrapper, which stands in for the load section when vLLM would use a
     class loadkit does not model (the ``vllm`` verdict then says it was not checked). The model
     carries ``vllm_class`` (which class, why), ``vllm_unmodelled`` (``None``, or why the vllm
-    column is not checked), ``hf_config`` and ``config_source``.
+    column is not checked), ``hf_config`` and ``config_source``; transformers stays quiet.
     """
+    with quiet_transformers():
+        return _built(source, device, model_impl)
+
+
+def _built(source: HFSource, device: str, model_impl: str) -> nn.Module:
     from loadkit.models.transformers import config_from_dict
     from loadkit_inspect.models.vllm import resolve
 
@@ -119,7 +126,7 @@ def build_from_source(
     else:
         choice = resolve(config, model_impl)
         _known_somewhere(choice, source.path)
-    unmodelled = _quantized(config, choice) or _unmodelled(choice)
+    unmodelled = _quantized(config, choice) or _unmodelled(choice, _backend_checks(config))
     if choice.native and unmodelled is None:
         model = _native(config, choice, source.path, device)
     else:
@@ -141,6 +148,25 @@ BACKEND_TASKS = {
     "TransformersEmbeddingModel": "embed",
     "TransformersForSequenceClassification": "classify",
 }
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings (a config's validation, a load report) and progress bars turned
+    down for this block only, through its public switches, then restored: they would print
+    around loadkit's own report, and on stderr under ``--json``, which holds errors alone."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def _known_somewhere(choice: VllmClass, path: str) -> None:
@@ -172,9 +198,18 @@ def _asked_for(config: PretrainedConfig, task: str) -> VllmClass:
     return VllmClass(name, arch, False, f"asked for ({task})")
 
 
-def _unmodelled(choice: VllmClass) -> str | None:
+def _backend_checks(config: PretrainedConfig) -> bool:
+    """Would ``--model-impl transformers`` check this config (a backend wrapper loadkit
+    re-implements, no refusal)?"""
+    from loadkit_inspect.models.vllm import resolve
+
+    backend = resolve(config, "transformers")
+    return backend.refusal is None and backend.name in BACKEND_TASKS
+
+
+def _unmodelled(choice: VllmClass, backend_checks: bool = True) -> str | None:
     """``None`` when loadkit models the class vLLM would use, else why the vllm column is not
-    checked."""
+    checked (pointing at ``--model-impl transformers`` where ``backend_checks``)."""
     from loadkit.models.native import CLASSES
 
     if choice.name is None:
@@ -188,9 +223,10 @@ def _unmodelled(choice: VllmClass) -> str | None:
             "re-implement"
         )
     if choice.native and choice.name not in CLASSES:
+        hint = "; --model-impl transformers checks the Transformers backend instead"
         return (
             f"vLLM 0.34.0 would use its native {choice.name}, which loadkit does not "
-            "re-implement; --model-impl transformers checks the Transformers backend instead"
+            f"re-implement{hint if backend_checks else ''}"
         )
     if not choice.native and choice.name not in BACKEND_TASKS:
         return (

@@ -31,9 +31,8 @@ Steps loadkit does itself, each pinned by ``tests/tool/simulate/test_from_pretra
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -308,24 +307,6 @@ def loading_class(config: PretrainedConfig, cls: str | None = None) -> type[PreT
     return found  # type: ignore[return-value]  # the lazy mapping is typed loosely
 
 
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    # Its load report (a warning) and progress bar would print around loadkit's own report:
-    # turned down for this call only, through transformers' public switches, then restored.
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    bars = logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(verbosity)
-        if bars:
-            logging.enable_progress_bar()
-
-
 def meta_state_dict(infos: Sequence[TensorInfo]) -> dict[str, torch.Tensor]:
     """The checkpoint as meta tensors of its shapes and dtypes (nothing read)."""
     return {i.name: meta_tensor(i) for i in infos}
@@ -388,7 +369,9 @@ def _simulated(
     from transformers.utils.generic import ContextManagers
 
     dtype = torch.float32  # the dtype changes casts, never which key goes where
-    with _quiet_transformers():
+    from loadkit_inspect.models.hf import quiet_transformers
+
+    with quiet_transformers():
         try:
             with ContextManagers(klass.get_init_context(dtype, False, False, None)):
                 model = klass(config)
@@ -423,7 +406,8 @@ def _verdict(
     """``_load_pretrained_model``'s loading info as a ``FromPretrained``."""
     import transformers
 
-    errors = [*info.error_msgs, *(f"{k}: {v}" for k, v in sorted(info.conversion_errors.items()))]
+    conversions = sorted(info.conversion_errors.items())
+    errors = [*info.error_msgs, *(f"{k}: {conversion_error(v)}" for k, v in conversions)]
     return FromPretrained(
         cls,
         tuple(sorted(info.missing_keys)),
@@ -434,6 +418,27 @@ def _verdict(
         renamed,
         transformers.__version__,
     )
+
+
+def conversion_error(text: str) -> str:
+    """A conversion error as transformers logs it, without the traceback it keeps (the
+    exception's line, then what it was converting); other messages as they are.
+
+    >>> conversion_error('''Traceback (most recent call last):
+    ...   File "x.py", line 1, in f
+    ...     torch.cat(...)
+    ... RuntimeError: Sizes of tensors must match
+    ... Sizes of tensors must match
+    ... Error: Concatenate on tensors destined for w. Ckpt contains: 2''').split("; ")
+    ['RuntimeError: Sizes of tensors must match', 'Error: Concatenate on tensors destined for w. \
+Ckpt contains: 2']
+    """
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("Traceback (most recent call last):"):
+        return text
+    raised = next((line for line in lines[1:] if line and not line.startswith(" ")), lines[-1])
+    context = lines[-1] if lines[-1].startswith("Error") and lines[-1] != raised else None
+    return f"{raised}; {context}" if context else raised
 
 
 def _renamed(model: Any, state: Mapping[str, Any], conversions: Sequence[Any]) -> dict[str, str]:

@@ -88,6 +88,18 @@ def test_loaders_that_disagree_point_at_the_explanation(hf_clean):
     assert "the loaders disagree" not in agree.render()
 
 
+def test_loaders_that_both_fail_do_not_disagree(hf_clean, tmp_path):
+    """A final norm missing: transformers initialises it at random, vLLM refuses the load; both
+    fail, so no pointer to why the two loaders differ."""
+    tensors = read_tensors(hf_clean("llama"))
+    del tensors["model.norm.weight"]
+    report = inspect_checkpoint(
+        write_variant(hf_clean("llama"), tensors, tmp_path / "v"), model="hf"
+    )
+    assert not report.loaders["vllm"].clean and not report.loaders["transformers"].clean
+    assert "the loaders disagree" not in report.render()
+
+
 def test_gpt_neox_loads_in_vllm_0_34_0_as_transformers_saves_it(hf_clean):
     """vLLM 0.34.0 also takes the renamings registered for the head class AutoModel did not
     build (GPTNeoXForCausalLM's embed_out -> lm_head): both loaders load it."""
@@ -227,6 +239,11 @@ def test_a_class_not_modelled_gets_no_stand_in_probe_or_ranks_only_its_configs_t
     probed = inspect_checkpoint(opt, model="hf", probe=True)
     assert probed.probe is None and probed.load is None
     assert probed.loaders["vllm"].label == "vllm 0.34.0, native OPTForCausalLM"
+    hint = "--model-impl transformers checks the Transformers backend instead"
+    assert probed.loaders["vllm"].problems[0].endswith(hint)
+    # Falcon's class cannot run on vLLM's attention: the backend would refuse it, so no hint
+    falcon = inspect_checkpoint(hf_clean("falcon"), model="hf").loaders["vllm"]
+    assert not falcon.checked and "--model-impl" not in falcon.problems[0]
     split = inspect_checkpoint(opt, model="hf", tp=2)
     assert not split.tensor_parallel.simulated and not split.tensor_parallel.ranks
     assert not split.loaders["vllm"].checked and split.exit_status == 0
@@ -235,3 +252,22 @@ def test_a_class_not_modelled_gets_no_stand_in_probe_or_ranks_only_its_configs_t
     vllm = refused.loaders["vllm"]
     assert vllm.checked and not vllm.clean and refused.exit_status == 1
     assert vllm.problems[0].startswith("tp=3 refused: Total number of attention heads (2) must")
+
+
+def test_an_index_naming_a_missing_shard_stops_both_loaders_and_offers_no_rewrite(
+    hf_clean, tmp_path
+):
+    """Both loaders raise before loading a tensor (the index names a shard that is not there):
+    they agree, and ``loadkit rename``, which cannot rewrite what cannot be read, is not
+    offered."""
+    folder = tmp_path / "extra"
+    shutil.copytree(hf_clean("llama"), folder)
+    path = folder / "model.safetensors.index.json"  # tiny Llama is saved in shards
+    index = json.loads(path.read_text())
+    index["weight_map"]["extra.weight"] = "model-00099-of-00099.safetensors"
+    path.write_text(json.dumps(index))
+    report = inspect_checkpoint(folder, model="hf")
+    assert report.loaders["transformers"].outcome == "raises"
+    assert not report.loaders["vllm"].clean
+    assert report.rename_fix is None
+    assert "the loaders disagree" not in report.render()

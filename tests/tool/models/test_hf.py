@@ -159,3 +159,16 @@ def test_registry_and_spec_grammar_agree():
         assert wrapper == ("architecture" if task is None else WRAPPERS[task].__name__)
         assert parse_hf_spec(f"{name}:some/dir").config == "some/dir"
     assert parse_hf_spec("hfx") is None and parse_hf_spec("pkg.hf:build") is None
+
+
+@pytest.mark.slow  # a fresh process: this session's transformers is quiet already
+def test_json_keeps_stderr_for_errors_alone(tmp_path, loadkit_cli):
+    """transformers warns about this config (token ids outside a tiny vocabulary) when it is
+    read: not on stderr under --json, which holds errors alone."""
+    import transformers
+
+    config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=64, n_positions=8)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    done = loadkit_cli("inspect", tmp_path, "--model", "hf", "--json")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["exit_status"] == 0

@@ -171,3 +171,22 @@ def test_what_from_pretrained_raises_before_loading_outranks_a_quantizer_not_mod
     missing = fp._replace(raised=Raised("FileNotFoundError", "no model-00002 shard"))
     assert missing.outcome == "raises"
     assert "not simulated" in missing.render(20)[-1] and "lists below" not in missing.render(20)[-2]
+
+
+def test_a_conversion_error_is_said_without_transformers_traceback(tmp_path, quiet_transformers):
+    """One expert's up projection missing: transformers cannot concatenate the layer's experts
+    and raises; its log keeps a traceback of torch's internals, the verdict keeps the error."""
+    from native_cases import ARCHS, Variant, read_tensors, save_clean, write_variant
+
+    from loadkit_inspect import inspect_checkpoint
+
+    clean = save_clean(ARCHS["qwen3-moe"], tmp_path / "clean")
+    drop = "model.layers.1.mlp.experts.2.up_proj.weight"
+    t = {k: v for k, v in read_tensors(clean).items() if k != drop}
+    report = inspect_checkpoint(write_variant(clean, Variant(t), tmp_path / "v"), model="hf")
+    verdict = report.loaders["transformers"]
+    assert verdict.outcome == "raises"
+    (error,) = report.from_pretrained.errors
+    assert error.startswith("model.layers.1.mlp.experts.gate_up_proj: RuntimeError: ")
+    assert "Traceback" not in error and "File " not in error and "\n" not in error
+    assert error.endswith("destined for model.layers.1.mlp.experts.gate_up_proj. Ckpt contains: 2")

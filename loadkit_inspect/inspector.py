@@ -523,6 +523,8 @@ def suggest_fixes(
     missing, and rules inferred from them would be guesses."""
     if loaded is None or not suggest:  # no vLLM load simulated: nothing to fix for it
         return None, None
+    if "vllm" not in verdicts.selected:  # --loader transformers: vLLM's rules were not asked for
+        return None, None
     report = loaded.report
     if report.clean or not report.complete or not loaded.auto_loader_at_root:
         return None, None

@@ -271,3 +271,17 @@ def test_an_index_naming_a_missing_shard_stops_both_loaders_and_offers_no_rewrit
     assert not report.loaders["vllm"].clean
     assert report.rename_fix is None
     assert "the loaders disagree" not in report.render()
+
+
+def test_a_fix_for_vllm_is_offered_only_where_vllm_is_asked(hf_clean, tmp_path):
+    """Every key without its ``model.`` prefix: vLLM's loader fails and a --mapper fixes it;
+    under ``--loader transformers`` (which loads it: transformers adds the prefix itself) no
+    vLLM rule is offered."""
+    clean = hf_clean("qwen2")  # tied embeddings: the head is not saved
+    tensors = {k.removeprefix("model."): v for k, v in read_tensors(clean).items()}
+    folder = write_variant(clean, tensors, tmp_path / "bare")
+    both = inspect_checkpoint(folder, model="hf")
+    assert not both.loaders["vllm"].clean and both.fix is not None
+    only = inspect_checkpoint(folder, model="hf", loader="transformers")
+    assert only.fix is None and only.not_offered is None and only.exit_status == 0
+    assert "suggested fix" not in only.render()

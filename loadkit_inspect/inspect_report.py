@@ -243,6 +243,13 @@ class InspectReport:
             loader=loader,
         )
 
+    @property
+    def stated_verdicts(self) -> list[LoaderVerdict]:
+        """The verdicts the report states first and last: every selected loader's, and a
+        loader's that was not checked (it says why)."""
+        loaders = (self.loaders or {}).items()
+        return [v for n, v in loaders if n in self.selected_loaders or not v.checked]
+
     def _headline(self) -> str | None:
         """Every selected loader's verdict side by side, for a model with more than one loader
         (one line per loader when they do not fit on one)."""
@@ -251,10 +258,7 @@ class InspectReport:
         from loadkit.fmt import WIDTH, wrap
         from loadkit_inspect.loaders import headline
 
-        # The selected loaders' verdicts, and a loader's that was not checked (it says why).
-        verdicts = [
-            v for n, v in self.loaders.items() if n in self.selected_loaders or not v.checked
-        ]
+        verdicts = self.stated_verdicts
         line = printable(headline(verdicts))
         if len(line) + len("verdict: ") <= WIDTH:
             return line

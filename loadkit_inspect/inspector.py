@@ -130,7 +130,7 @@ def inspect_checkpoint(
         built = build(model, dict(model_args or {}), read, names, model_impl)
         probed = probe_prefixes(probe, read, built)
         # vLLM would use a class loadkit does not model: no load of another class stands in.
-        loaded = None if built.vllm_unchecked else load(rules, read, built, names, bar)
+        loaded = None if built.vllm_unmodelled else load(rules, read, built, names, bar)
         traced = names.report if loaded is None else trace_mapper(read, built, loaded, names)
         plan = plan_tensor_parallel(tp, model, dict(model_args or {}), read, model_impl, built)
         verdicts = judge_loaders(loader, strict_index, rules, read, built, loaded, plan)
@@ -201,7 +201,7 @@ class BuiltModel(NamedTuple):
         return type(self.module).__name__
 
     @property
-    def vllm_unchecked(self) -> str | None:
+    def vllm_unmodelled(self) -> str | None:
         """Why the ``vllm`` column is not checked (vLLM would use a class loadkit does not
         model), or ``None``."""
         return getattr(self.module, "vllm_unmodelled", None)
@@ -323,7 +323,7 @@ def probe_prefixes(
     """The pooling probe's verdict under ``"old"`` and ``"new"``: asked for (``probe``), or
     (``probe`` ``None``) a pooling model; none where vLLM's class is not modelled (its pooling
     adapter would probe another model)."""
-    if not (probe or (probe is None and built.summary.pooling)) or built.vllm_unchecked:
+    if not (probe or (probe is None and built.summary.pooling)) or built.vllm_unmodelled:
         return None
     from loadkit.pooling import predict_probe
 
@@ -416,7 +416,7 @@ def plan_tensor_parallel(
     from loadkit_inspect.models.registry import build_model
     from loadkit_inspect.tensor_parallel.plan import config_report, tp_report
 
-    if built is not None and built.vllm_unchecked:
+    if built is not None and built.vllm_unmodelled:
         return config_report(built.module, tp, "the vllm column is not checked")
 
     ck = read.checkpoint
@@ -614,7 +614,7 @@ def _renamed_verdicts(
     infos = [i._replace(name=renamed[i.name]) for i in read.infos]
     summary = read.summary._replace(tensors=infos, problems=[])
     again = CheckpointRead(read.checkpoint, summary)
-    loaded = None if built.vllm_unchecked else load(rules, again, built, names, progress)
+    loaded = None if built.vllm_unmodelled else load(rules, again, built, names, progress)
     report = None if loaded is None else loaded.report
     vllm = vllm_verdict(report, summary, side=vllm_side(built.module, loaded))
     fp = from_pretrained_verdict(hf_config(built.module), infos).under(rules)

@@ -21,6 +21,7 @@ without a word, ``loadkit.loading.track``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -187,7 +188,8 @@ class ExpertLookup:
     def __init__(self, mapping: ExpertMapping) -> None:
         self.mapping = mapping
         names = [weight_name for _, weight_name, _, _ in mapping]
-        self.anchor = _common_prefix(names)
+        # character by character, as wanted here (not path components: RUF071's concern)
+        self.anchor = os.path.commonprefix(names)  # noqa: RUF071
         self.lengths = sorted({len(n) for n in names})
         self.where: dict[str, list[int]] = {}
         for i, n in enumerate(names):
@@ -205,16 +207,6 @@ class ExpertLookup:
                 hits.update(self.where.get(key[at : at + n], ()))
             at = key.find(self.anchor, at + 1)
         return [self.mapping[i] for i in sorted(hits)]
-
-
-def _common_prefix(names: list[str]) -> str:
-    """The longest string every name starts with (``""`` for none)."""
-    if not names:
-        return ""
-    first, last = min(names), max(names)  # the sorted extremes differ first where any two do
-    pairs = enumerate(zip(first, last, strict=False))  # zip stops at the shorter
-    n = next((i for i, (a, b) in pairs if a != b), min(len(first), len(last)))
-    return first[:n]
 
 
 class RoutedExperts(nn.Module):

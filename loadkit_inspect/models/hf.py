@@ -126,7 +126,7 @@ def _built(source: HFSource, device: str, model_impl: str) -> nn.Module:
     else:
         choice = resolve(config, model_impl)
         _known_somewhere(choice, source.path)
-    unmodelled = _quantized(config, choice) or _unmodelled(choice, _backend_checks(config))
+    unmodelled = _quantized(config, choice) or _unmodelled(choice, config)
     if choice.native and unmodelled is None:
         model = _native(config, choice, source.path, device)
     else:
@@ -210,9 +210,10 @@ def _backend_checks(config: PretrainedConfig) -> bool:
     return backend.refusal is None and backend.name in BACKEND_TASKS
 
 
-def _unmodelled(choice: VllmClass, backend_checks: bool = True) -> str | None:
+def _unmodelled(choice: VllmClass, config: PretrainedConfig) -> str | None:
     """``None`` when loadkit models the class vLLM would use, else why the vllm column is not
-    checked (pointing at ``--model-impl transformers`` where ``backend_checks``)."""
+    checked (pointing at ``--model-impl transformers`` where the backend would check
+    ``config``)."""
     from loadkit.models.native import CLASSES
 
     if choice.name is None:
@@ -229,7 +230,7 @@ def _unmodelled(choice: VllmClass, backend_checks: bool = True) -> str | None:
         hint = "; --model-impl transformers checks the Transformers backend instead"
         return (
             f"vLLM 0.34.0 would use its native {choice.name}, which loadkit does not "
-            f"re-implement{hint if backend_checks else ''}"
+            f"re-implement{hint if _backend_checks(config) else ''}"
         )
     if not choice.native and choice.name not in BACKEND_TASKS:
         return (

@@ -339,24 +339,23 @@ def from_pretrained_verdict(
         return _refused(cls or "?", "AttributeError", str(exc), ignore_mismatched_sizes)
     method = quant_method(config)
     if method is not None:  # its quantizer replaces layers and takes the scales: not modelled
-        import transformers
-
-        return FromPretrained(
-            klass.__name__, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
-            quantized=method,
-        )  # fmt: skip
+        return _unloaded(klass.__name__, ignore_mismatched_sizes, quantized=method)
     return _simulated(klass, copy.deepcopy(config), infos, ignore_mismatched_sizes)
 
 
 def _refused(name: str, error: str, why: str, ignore_mismatched_sizes: bool) -> FromPretrained:
     """``from_pretrained`` stopping before it loads a tensor: the verdict says why, for this
     loader only."""
+    return _unloaded(name, ignore_mismatched_sizes, raised=Raised(error, why))
+
+
+def _unloaded(name: str, ignore_mismatched_sizes: bool, **why: Any) -> FromPretrained:
+    """No tensor simulated: empty lists, and ``why`` (``raised``, ``quantized``)."""
     import transformers
 
     return FromPretrained(
-        name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__,
-        raised=Raised(error, why),
-    )  # fmt: skip
+        name, (), (), (), (), ignore_mismatched_sizes, {}, transformers.__version__, **why
+    )
 
 
 def _simulated(

@@ -37,11 +37,15 @@ class TPReport:
 
     tp: int
     findings: list[TPFindingRecord] = field(default_factory=list)
-    # False: only the config was checked, as vLLM does (``not_simulated`` says why)
-    simulated: bool = True
-    not_simulated: str = "the model has no tensor-parallel layers"
+    # why no rank was simulated (only the config checked, as vLLM checks it); None: simulated
+    not_simulated: str | None = None
     ranks: list[RankShare] = field(default_factory=list)
     entries: list[RowMapEntry] = field(default_factory=list)
+
+    @property
+    def simulated(self) -> bool:
+        """Were the ranks simulated (else only the config was checked)?"""
+        return self.not_simulated is None
 
     @property
     def ok(self) -> bool:
@@ -72,7 +76,7 @@ class TPReport:
             "tp": self.tp,
             "ok": self.ok,
             "simulated": self.simulated,
-            "not_simulated": None if self.simulated else self.not_simulated,
+            "not_simulated": self.not_simulated,
             "findings": [vars(f) for f in self.findings],
             "ranks": [
                 {
@@ -168,10 +172,12 @@ def config_findings(model: nn.Module, tp: int) -> list[TPFindingRecord] | None:
 def config_report(model: nn.Module, tp: int, why: str) -> TPReport:
     """What vLLM checks of ``model``'s config for ``tp`` before it builds anything, no rank
     simulated (``why``: a model whose ranks cannot stand for vLLM's)."""
-    findings = config_findings(model, tp) if tp >= 1 else None
-    if tp < 1:
-        findings = [TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}")]
-    return TPReport(tp, findings or [], simulated=False, not_simulated=why)
+    findings = [_below_one(tp)] if tp < 1 else config_findings(model, tp)
+    return TPReport(tp, findings or [], not_simulated=why)
+
+
+def _below_one(tp: int) -> TPFindingRecord:
+    return TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}")
 
 
 def tp_report(
@@ -184,7 +190,7 @@ def tp_report(
 
     report = TPReport(tp)
     if tp < 1:
-        report.findings.append(TPFindingRecord("error", "tp", f"tp must be at least 1, not {tp}"))
+        report.findings.append(_below_one(tp))
         return report
     with use_group(stand_in_group(0, 1)):
         model = build()
@@ -203,7 +209,8 @@ def tp_report(
             )
         if not parallel:
             # Every rank would hold the whole model here: simulating ranks proves nothing.
-            report.findings, report.simulated = findings or [], False
+            report.findings = findings or []
+            report.not_simulated = "the model has no tensor-parallel layers"
             return report
     report.findings = findings or []
     if not report.ok:

@@ -528,8 +528,7 @@ def _verdict_line(report: InspectReport) -> str:
     if report.loaders and len(report.loaders) > 1:  # --model hf: each loader's own verdict
         from loadkit_inspect.loaders import headline
 
-        loaders = report.loaders.items()
-        verdict = headline([v for n, v in loaders if n in report.selected_loaders or not v.checked])
+        verdict = headline(report.stated_verdicts)
     return wrap(f"verdict: {verdict} (exit {report.exit_status})")
 
 
